@@ -1,0 +1,100 @@
+"""Moving many tensors at once: copy a module's tensors to every device, and add gradients back up.
+
+These are the two collective operations DataParallel needs (torch: ``torch/nn/parallel/comm.py`` on top
+of ``torch/csrc/cuda/comm.cpp``). Both work on *buckets*: tensors of one dtype are flattened into one
+long buffer of at most ``BUCKET_BYTES`` and moved with a single copy, because one 10 MiB copy is much
+cheaper than a thousand 10 KiB copies (each copy has a fixed launch cost, on a GPU several microseconds).
+"""
+
+from collections.abc import Sequence
+
+import torch
+
+BUCKET_BYTES = 10 * 1024 * 1024  # the same bucket size as torch's broadcast_coalesced
+
+
+def buckets(tensors: Sequence[torch.Tensor]) -> list[list[int]]:
+    """Group tensor indices into buckets: one dtype each, at most ``BUCKET_BYTES`` (a bigger tensor goes alone).
+
+    Sparse tensors are not flattened: each is a bucket of its own.
+    """
+    closed: list[list[int]] = []
+    open_by_dtype: dict[torch.dtype, tuple[list[int], int]] = {}
+    for i, tensor in enumerate(tensors):
+        if tensor.is_sparse:
+            closed.append([i])
+            continue
+        size = tensor.numel() * tensor.element_size()
+        bucket, filled = open_by_dtype.get(tensor.dtype, ([], 0))
+        if bucket and filled + size > BUCKET_BYTES:
+            closed.append(bucket)
+            bucket, filled = [], 0
+        bucket.append(i)
+        open_by_dtype[tensor.dtype] = (bucket, filled + size)
+    closed.extend(bucket for bucket, _ in open_by_dtype.values())
+    return sorted(closed)
+
+
+def _copy_bucket(tensors: Sequence[torch.Tensor], device: torch.device) -> list[torch.Tensor]:
+    """Fresh copies of ``tensors`` on ``device``: one flat copy, then views of it shaped like the originals."""
+    if len(tensors) == 1:
+        return [tensors[0].to(device, copy=True)]
+    flat = torch.cat([t.reshape(-1) for t in tensors]).to(device, non_blocking=True)
+    return [part.view_as(t) for part, t in zip(flat.split([t.numel() for t in tensors]), tensors, strict=True)]
+
+
+def broadcast_coalesced(tensors: Sequence[torch.Tensor], devices: Sequence[torch.device]) -> list[list[torch.Tensor]]:
+    """Return ``copies`` with ``copies[j][i]`` = ``tensors[i]`` on ``devices[j]``.
+
+    The surprising part, kept from torch: ``copies[0]`` are **the tensors themselves**, not copies
+    ("For device[0] in broadcast_coalesced, the input Variables are always returned as-is", comm.cpp).
+    That is why replica 0 of a DataParallel module shares its parameters and buffers with the original.
+    Every other entry is a real copy, also when the device repeats (``["cpu", "cpu"]``).
+    """
+    for tensor in tensors:
+        if tensor.device != devices[0]:
+            raise RuntimeError(
+                f"All tensors to broadcast must be on devices[0] = {devices[0]}, but one is on {tensor.device}. "
+                f"Move the module there first: module.to({str(devices[0])!r})."
+            )
+    copies = [list(tensors)]
+    for device in devices[1:]:
+        per_device: list[torch.Tensor] = [torch.empty(0)] * len(tensors)
+        for bucket in buckets(tensors):
+            for i, copy in zip(bucket, _copy_bucket([tensors[i] for i in bucket], device), strict=True):
+                per_device[i] = copy
+        copies.append(per_device)
+    return copies
+
+
+def _sum_bucket(per_replica: Sequence[Sequence[torch.Tensor]], destination: torch.device) -> list[torch.Tensor]:
+    """Add up one bucket's gradients from every replica, on ``destination``."""
+    if len(per_replica[0]) == 1:
+        total = per_replica[0][0].to(destination, copy=True)
+        for grads in per_replica[1:]:
+            total = total + grads[0].to(destination)  # out of place: a sparse grad may meet a dense one
+        return [total]
+    shapes = per_replica[0]
+    total = torch.cat([g.reshape(-1) for g in per_replica[0]]).to(destination)
+    for grads in per_replica[1:]:
+        total += torch.cat([g.reshape(-1) for g in grads]).to(destination)
+    return [part.view_as(g) for part, g in zip(total.split([g.numel() for g in shapes]), shapes, strict=True)]
+
+
+def reduce_add_coalesced(
+    per_replica: Sequence[Sequence[torch.Tensor]], destination: torch.device
+) -> list[torch.Tensor]:
+    """Sum ``per_replica[j][i]`` over replicas ``j``: the gradient of parameter ``i``, on ``destination``.
+
+    This is where DataParallel's gradients are **summed**, never averaged: each replica's parameter is
+    a copy of one original, so by the chain rule the original's gradient is the sum of its copies'
+    gradients (torch: ``ReduceAddCoalesced`` in ``torch/nn/parallel/_functions.py``).
+    """
+    # A gradient counts as sparse if any replica's is (an unused copy gets dense zeros).
+    probes = [next((g for g in column if g.is_sparse), column[0]) for column in zip(*per_replica, strict=True)]
+    sums: list[torch.Tensor] = [torch.empty(0)] * len(probes)
+    for bucket in buckets(probes):
+        bucket_grads = [[grads[i] for i in bucket] for grads in per_replica]
+        for i, total in zip(bucket, _sum_bucket(bucket_grads, destination), strict=True):
+            sums[i] = total
+    return sums

@@ -1,0 +1,137 @@
+"""Step 3 of DataParallel: run every replica on its chunk, one Python thread per replica.
+
+Mirrors ``torch/nn/parallel/parallel_apply.py``. Threads work because the heavy lifting (GPU kernels,
+or CPU matmuls) releases the GIL; the Python code of each forward still runs one thread at a time,
+which is why a model made of many small layers gains little from DataParallel.
+"""
+
+import contextlib
+import sys
+import threading
+import traceback
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from torch import nn
+
+from .devices import DeviceLike, as_devices
+
+
+class _KeyErrorMessage(str):
+    """A str whose repr is itself, so a re-raised KeyError prints its multi-line message readably."""
+
+    def __repr__(self) -> str:
+        return self
+
+
+class ReplicaError:
+    """The exception one replica raised, kept so the main thread can re-raise it with where it happened."""
+
+    def __init__(self, replica: int, device: torch.device) -> None:
+        exc_type, exc, tb = sys.exc_info()
+        self.exc_type = exc_type
+        self.original = "".join(traceback.format_exception(exc_type, exc, tb))
+        # torch prints a CUDA device as its index ("on device 1"); a CPU device prints as "cpu".
+        label = device.index if device.type == "cuda" else device.type
+        self.where = f"in replica {replica} on device {label}"
+
+    def reraise(self):
+        """Raise the same exception type, with "Caught X in replica i on device d." and the original traceback."""
+        message = f"Caught {self.exc_type.__name__} {self.where}.\nOriginal {self.original}"
+        if self.exc_type is KeyError:
+            message = _KeyErrorMessage(message)
+        elif getattr(self.exc_type, "message", None):
+            raise self.exc_type(message=message)
+        try:
+            exception = self.exc_type(message)
+        except Exception:
+            # The exception type needs other constructor arguments: say it in a RuntimeError instead.
+            raise RuntimeError(message) from None
+        raise exception
+
+
+def _first_tensor_device(obj: Any) -> torch.device | None:
+    if isinstance(obj, torch.Tensor):
+        return obj.device
+    items = obj.values() if isinstance(obj, dict) else obj if isinstance(obj, (list, tuple)) else ()
+    for item in items:
+        device = _first_tensor_device(item)
+        if device is not None:
+            return device
+    return None
+
+
+def _check_lengths(modules: Sequence, **others: Sequence) -> None:
+    for name, values in others.items():
+        if len(values) != len(modules):
+            raise ValueError(
+                f"parallel_apply got {len(modules)} modules but {len(values)} {name}: "
+                f"give exactly one entry per replica."
+            )
+
+
+def parallel_apply(
+    modules: Sequence[nn.Module],
+    inputs: Sequence[Any],
+    kwargs_tup: Sequence[dict] | None = None,
+    devices: Sequence[DeviceLike] | None = None,
+) -> list[Any]:
+    """Call ``modules[i](*inputs[i], **kwargs_tup[i])`` on ``devices[i]``, all at once, and return the outputs.
+
+    * One thread per replica; a single replica runs inline in the calling thread.
+    * Grad mode and autocast are thread-local, so they are read here and switched on again in each thread
+      (a new thread starts with grad enabled, even inside ``torch.no_grad()``).
+    * A bare input is wrapped as ``(input,)``; a tuple or list is unpacked as positional arguments.
+    * If replicas fail, the lowest-numbered failure is re-raised in the caller as the same exception type,
+      saying "Caught ValueError in replica 1 on device 1." followed by the original traceback.
+    * ``devices=None`` takes each replica's device from its first input tensor (the CPU if there is none).
+
+    One difference from torch, on purpose: torch forwards only whether CUDA autocast is on, so in worker
+    threads an ``autocast(dtype=torch.bfloat16)`` falls back to the thread default (float16 on CUDA).
+    dpcourse forwards the enabled flag *and* the dtype for each replica's device type.
+    """
+    kwargs_tup = ({},) * len(modules) if kwargs_tup is None else kwargs_tup
+    if devices is None:
+        devices = [_first_tensor_device(x) or torch.device("cpu") for x in inputs]
+    devices = as_devices(devices)
+    _check_lengths(modules, inputs=inputs, kwargs_tup=kwargs_tup, devices=devices)
+    grad_enabled = torch.is_grad_enabled()
+    # Streams are thread-local too: take the caller's current stream of each GPU and use it in the worker.
+    streams = [torch.cuda.current_stream(d) if d.type == "cuda" else None for d in devices]
+    autocast_state = {t: (torch.is_autocast_enabled(t), torch.get_autocast_dtype(t)) for t in {d.type for d in devices}}
+    results: dict[int, Any] = {}
+
+    def run_replica(i: int, module: nn.Module, input: Any, kwargs: dict, device: torch.device, stream) -> None:
+        enabled, dtype = autocast_state[device.type]
+        autocast = torch.autocast(device.type, enabled=enabled, dtype=dtype)
+        on_device = torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
+        on_stream = torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext()
+        try:
+            with torch.set_grad_enabled(grad_enabled), on_device, on_stream, autocast:
+                args = input if isinstance(input, (list, tuple)) else (input,)
+                results[i] = module(*args, **kwargs)
+        except Exception:
+            results[i] = ReplicaError(i, device)
+
+    jobs = list(zip(range(len(modules)), modules, inputs, kwargs_tup, devices, streams, strict=True))
+    if len(jobs) == 1:
+        run_replica(*jobs[0])
+    else:
+        threads = [threading.Thread(target=run_replica, args=job, name=f"replica-{job[0]}") for job in jobs]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+
+    outputs = []
+    for i in range(len(jobs)):
+        if i not in results:
+            raise RuntimeError(
+                f"Replica {i} stopped without a result or an Exception: its thread was ended by a "
+                f"BaseException such as KeyboardInterrupt or SystemExit (printed above)."
+            )
+        if isinstance(results[i], ReplicaError):
+            results[i].reraise()
+        outputs.append(results[i])
+    return outputs

@@ -2,7 +2,7 @@
 
 One DataParallel forward is ``scatter`` (split the batch) -> ``replicate`` (copy the module to every
 device) -> ``parallel_apply`` (run the replicas in threads) -> ``gather`` (concatenate the outputs).
-The signatures mirror ``torch.nn.parallel`` so the two can be read side by side; unlike torch's, these
+The signatures mirror those in ``torch/nn/parallel/`` so the two can be read side by side; unlike torch's, these
 also run on several CPU "devices" (see ``dpcourse.devices``).
 """
 

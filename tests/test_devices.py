@@ -1,0 +1,43 @@
+"""devices(n) and device normalisation."""
+
+import pytest
+import torch
+
+import dpcourse
+from dpcourse.devices import as_device, as_devices
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU mode")
+def test_without_a_gpu_devices_are_cpu_replicas():
+    assert dpcourse.devices(3) == [torch.device("cpu")] * 3
+
+
+@pytest.mark.cuda
+def test_with_gpus_replicas_share_them_round_robin():
+    gpus = torch.cuda.device_count()
+    assert dpcourse.devices(gpus + 1) == [torch.device("cuda", i % gpus) for i in range(gpus + 1)]
+
+
+def test_device_spellings():
+    assert as_devices(["cpu", torch.device("cpu")]) == [torch.device("cpu")] * 2
+
+
+@pytest.mark.parametrize("n", [0, -1, 1.5, True, "2"])
+def test_devices_needs_a_positive_count(n):
+    with pytest.raises(ValueError, match="n >= 1"):
+        dpcourse.devices(n)
+
+
+@pytest.mark.parametrize(
+    "device, error, message",
+    [
+        ("tpu", ValueError, "Unknown device 'tpu'"),
+        ("meta", ValueError, "not on meta"),
+        (-1, ValueError, "negative"),
+        (1.0, TypeError, "got 1.0 of type float"),
+        (0 if not torch.cuda.is_available() else 10_000, ValueError, "cuda:"),
+    ],
+)
+def test_bad_devices_are_named(device, error, message):
+    with pytest.raises(error, match=message):
+        as_device(device)

@@ -11,6 +11,7 @@ from .devices import devices
 from .parallel_apply import parallel_apply
 from .replicate import replicate
 from .scatter_gather import gather, scatter, scatter_kwargs
+from .trace import trace
 
 __all__ = [
     "DataParallel",
@@ -21,4 +22,5 @@ __all__ = [
     "replicate",
     "scatter",
     "scatter_kwargs",
+    "trace",
 ]

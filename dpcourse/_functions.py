@@ -23,6 +23,7 @@ import torch
 from torch.autograd import Function
 
 from .comm import broadcast_coalesced, reduce_add_coalesced
+from .trace import bytes_of, span
 
 SCALAR_GATHER_WARNING = (
     "Was asked to gather along dimension 0, but all input tensors were scalars; "
@@ -42,11 +43,14 @@ class Scatter(Function):
         else:
             chunks = input.split(chunk_sizes, dim)
         # .to() returns the chunk itself when it is already there: chunk 0 is then a view of the input.
-        return tuple(chunk.to(device, non_blocking=True) for chunk, device in zip(chunks, devices))
+        return tuple(chunk.to(device, non_blocking=True) for chunk, device in zip(chunks, devices, strict=False))
 
     @staticmethod
     def backward(ctx, *grad_chunks):
-        return None, None, None, Gather.apply(ctx.input_device, ctx.dim, *grad_chunks)
+        with span("scatter-backward", ctx.input_device, tensors=grad_chunks) as record:
+            if record:
+                record.bytes_copied = bytes_of(grad_chunks)
+            return None, None, None, Gather.apply(ctx.input_device, ctx.dim, *grad_chunks)
 
 
 class Gather(Function):
@@ -72,7 +76,10 @@ class Gather(Function):
 
     @staticmethod
     def backward(ctx, grad_output):
-        grads = Scatter.apply(ctx.input_devices, ctx.input_sizes, ctx.dim, grad_output)
+        with span("gather-backward", grad_output.device, tensors=grad_output) as record:
+            grads = Scatter.apply(ctx.input_devices, ctx.input_sizes, ctx.dim, grad_output)
+            if record:
+                record.bytes_copied = bytes_of([g for g in grads if g.device != grad_output.device])
         if ctx.unsqueezed_scalar:
             grads = tuple(g[0] for g in grads)
         return (None, None) + tuple(grads)
@@ -119,13 +126,17 @@ class Broadcast(Function):
         ctx.num_inputs = len(inputs)
         ctx.input_device = inputs[0].device
         copies = broadcast_coalesced(inputs, devices)
-        frozen = [c for per_device in copies for c, needs in zip(per_device, ctx.needs_input_grad[1:]) if not needs]
+        needs_grad = ctx.needs_input_grad[1:]
+        frozen = [c for per_device in copies for c, needs in zip(per_device, needs_grad, strict=True) if not needs]
         ctx.mark_non_differentiable(*frozen)
         return tuple(c for per_device in copies for c in per_device)
 
     @staticmethod
     def backward(ctx, *grad_outputs):
-        return (None,) + ReduceAdd.apply(ctx.input_device, ctx.num_inputs, *grad_outputs)
+        with span("reduce-add", ctx.input_device, tensors=grad_outputs[: ctx.num_inputs]) as record:
+            if record:
+                record.bytes_copied = bytes_of(grad_outputs[ctx.num_inputs :])
+            return (None,) + ReduceAdd.apply(ctx.input_device, ctx.num_inputs, *grad_outputs)
 
 
 class ReduceAdd(Function):

@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 from .devices import DeviceLike, as_devices
+from .trace import span, watch_backward
 
 
 class _KeyErrorMessage(str):
@@ -110,7 +111,9 @@ def parallel_apply(
         try:
             with torch.set_grad_enabled(grad_enabled), on_device, on_stream, autocast:
                 args = input if isinstance(input, (list, tuple)) else (input,)
-                results[i] = module(*args, **kwargs)
+                with span("forward", device, i, tensors=args):
+                    results[i] = module(*args, **kwargs)
+                watch_backward(i, device, results[i], module)
         except Exception:
             results[i] = ReplicaError(i, device)
 

@@ -37,6 +37,7 @@ from torch.nn.parameter import is_lazy
 from ._functions import Broadcast
 from .comm import broadcast_coalesced
 from .devices import DeviceLike, as_devices
+from .trace import bytes_of, span
 
 
 def _broadcast(tensors: list[torch.Tensor], devices: list[torch.device], detach: bool) -> list[list[torch.Tensor]]:
@@ -78,7 +79,14 @@ def replicate(module: nn.Module, devices: Sequence[DeviceLike], detach: bool = F
     devices = as_devices(devices)
     if not devices:
         return []
+    tensors = list(module.parameters()) + list(module.buffers())
+    with span("replicate", devices[0], tensors=tensors) as record:
+        if record:
+            record.bytes_copied = (len(devices) - 1) * bytes_of(tensors)
+        return _replicate(module, devices, detach)
 
+
+def _replicate(module: nn.Module, devices: list[torch.device], detach: bool) -> list[nn.Module]:
     params = list(module.parameters())
     param_copies = _broadcast(params, devices, detach)
     buffers = list(module.buffers())

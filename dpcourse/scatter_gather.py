@@ -11,6 +11,7 @@ import torch
 
 from ._functions import Gather, Scatter
 from .devices import DeviceLike, as_device, as_devices
+from .trace import bytes_of, span
 
 
 def _is_namedtuple(obj: Any) -> bool:
@@ -55,18 +56,23 @@ def scatter(inputs: Any, devices: Sequence[DeviceLike], dim: int = 0) -> Any:
     def scatter_map(obj: Any) -> Any:
         if isinstance(obj, torch.Tensor):
             _check_splittable(obj, dim)
-            return Scatter.apply(devices, None, dim, obj)
+            chunks = Scatter.apply(devices, None, dim, obj)
+            if record:
+                record.bytes_copied += bytes_of([c for c in chunks if c.device != obj.device])
+            return chunks
         if _is_namedtuple(obj):
-            return [type(obj)(*fields) for fields in zip(*map(scatter_map, obj))]
+            # strict=False: entries are cut to the shortest leaf, as in torch (see the docstring).
+            return [type(obj)(*fields) for fields in zip(*map(scatter_map, obj), strict=False)]
         if isinstance(obj, tuple) and obj:
-            return list(zip(*map(scatter_map, obj)))
+            return list(zip(*map(scatter_map, obj), strict=False))
         if isinstance(obj, list) and obj:
-            return [list(entry) for entry in zip(*map(scatter_map, obj))]
+            return [list(entry) for entry in zip(*map(scatter_map, obj), strict=False)]
         if isinstance(obj, dict) and obj:
-            return [type(obj)(pairs) for pairs in zip(*map(scatter_map, obj.items()))]
+            return [type(obj)(pairs) for pairs in zip(*map(scatter_map, obj.items()), strict=False)]
         return [obj for _ in devices]
 
-    return scatter_map(inputs)
+    with span("scatter", tensors=inputs) as record:
+        return scatter_map(inputs)
 
 
 def scatter_kwargs(
@@ -121,7 +127,10 @@ def gather(outputs: Sequence[Any], target_device: DeviceLike, dim: int = 0) -> A
             f"(or dicts, tuples, lists of tensors) from forward; a Python number can be returned as a 0-d tensor."
         )
 
-    return gather_map(outputs)
+    with span("gather", target_device, tensors=outputs) as record:
+        if record:
+            record.bytes_copied = bytes_of(outputs)
+        return gather_map(outputs)
 
 
 def _check_same_keys(outputs: Sequence[dict]) -> None:

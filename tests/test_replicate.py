@@ -97,7 +97,7 @@ def test_rnn_replicas_keep_their_own_flat_weights():
     lstm = nn.LSTM(3, 4, batch_first=True)
     original = list(lstm._flat_weights)
     replicas = dpcourse.replicate(lstm, dpcourse.devices(2))
-    assert all(a is b for a, b in zip(lstm._flat_weights, original))
+    assert all(a is b for a, b in zip(lstm._flat_weights, original, strict=True))
     out, _ = replicas[1](torch.randn(2, 5, 3))
     assert out.shape == (2, 5, 4)
 

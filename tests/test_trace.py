@@ -1,0 +1,68 @@
+"""trace: which steps are recorded, on which threads, with what sizes; plain data; nothing when off."""
+
+import importlib
+import json
+
+import pytest
+import torch
+from torch import nn
+
+import dpcourse
+from dpcourse.trace import Trace
+
+# dpcourse.trace is the context manager; the module of the same name is reached through importlib.
+trace_module = importlib.import_module("dpcourse.trace")
+
+
+def traced_step(n=3, batch=10):
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+    dp = dpcourse.DataParallel(model, devices=dpcourse.devices(n))
+    with dpcourse.trace() as t:
+        dp(torch.randn(batch, 4)).pow(2).mean().backward()
+    return t, model
+
+
+def test_one_training_step_records_every_stage_in_order():
+    t, _ = traced_step()
+    order = [s.step for s in t.spans if s.step not in ("forward", "backward")]
+    assert order == ["scatter", "replicate", "gather", "gather-backward", "reduce-add"]
+    assert [s.replica for s in t.steps("forward")] == [0, 1, 2]
+    assert sorted(s.replica for s in t.steps("backward")) == [0, 1, 2]
+    starts = {s.step: s.start for s in t.spans if s.replica is None}
+    assert starts["scatter"] < starts["replicate"] < min(s.start for s in t.steps("forward"))
+    assert max(s.end for s in t.steps("forward")) <= starts["gather"] < starts["reduce-add"]
+    assert all(s.end >= s.start for s in t.spans)
+
+
+def test_forwards_run_in_their_own_threads_with_their_chunk_shapes():
+    t, _ = traced_step(n=3, batch=10)
+    forwards = t.steps("forward")
+    assert [s.thread for s in forwards] == ["replica-0", "replica-1", "replica-2"]
+    assert [s.shapes for s in forwards] == [[[4, 4]], [[4, 4]], [[2, 4]]]
+    assert {s.device for s in forwards} == {"cpu"}
+
+
+def test_bytes_copied_counts_replica_copies_and_gathered_outputs():
+    t, model = traced_step(n=3, batch=10)
+    param_bytes = sum(p.numel() * 4 for p in model.parameters())
+    assert t.steps("replicate")[0].bytes_copied == 2 * param_bytes
+    assert t.steps("reduce-add")[0].bytes_copied == 2 * param_bytes
+    assert t.steps("gather")[0].bytes_copied == 10 * 2 * 4
+    assert t.steps("scatter")[0].bytes_copied == 0  # chunks on the input's device are views
+
+
+def test_a_trace_is_plain_data():
+    t, _ = traced_step()
+    data = json.loads(t.to_json())
+    assert Trace.from_dict(data) == t
+    assert set(data["spans"][0]) == {"step", "start", "end", "thread", "replica", "device", "shapes", "bytes_copied"}
+
+
+def test_nothing_is_recorded_outside_a_trace_and_traces_do_not_nest():
+    assert trace_module.span("scatter") is trace_module.span("gather")
+    with dpcourse.trace():
+        with pytest.raises(RuntimeError, match="already open"):
+            with dpcourse.trace():
+                pass
+    assert trace_module._active is None

@@ -1,0 +1,103 @@
+"""The install files agree: requirements.txt, environment.yml, pyproject.toml, README and .ci/run.
+
+`packaging` parses the specs (pytest depends on it, so it is always there); environment.yml is read with a
+small line parser so the tests need no YAML library.
+"""
+
+import re
+import tomllib
+from collections.abc import Iterable
+from pathlib import Path
+
+from packaging.requirements import Requirement
+from packaging.specifiers import SpecifierSet
+from packaging.utils import canonicalize_name
+
+ROOT = Path(__file__).resolve().parent.parent
+EDITABLE_INSTALL = "-e ."
+
+
+def strip_comment(line: str) -> str:
+    # pip and YAML both start a comment with a '#' at the line start or after whitespace.
+    return re.sub(r"(^|\s)#.*", "", line).strip()
+
+
+def specs_by_name(lines: Iterable[str]) -> dict[str, SpecifierSet]:
+    specs: dict[str, SpecifierSet] = {}
+    for line in lines:
+        requirement = Requirement(line)
+        name = canonicalize_name(requirement.name)
+        assert name not in specs, f"{name} is listed twice"
+        specs[name] = requirement.specifier
+    return specs
+
+
+def requirements_txt_lines() -> list[str]:
+    lines = (ROOT / "requirements.txt").read_text().splitlines()
+    return [entry for entry in map(strip_comment, lines) if entry]
+
+
+def environment_yml_pip_lines() -> list[str]:
+    """The entries under `- pip:` in environment.yml, up to the first line indented no deeper than it."""
+    lines = (ROOT / "environment.yml").read_text().splitlines()
+    start = next(i for i, line in enumerate(lines) if strip_comment(line) == "- pip:")
+    pip_indent = len(lines[start]) - len(lines[start].lstrip())
+    entries = []
+    for line in lines[start + 1 :]:
+        entry = strip_comment(line)
+        if not entry:
+            continue
+        if len(line) - len(line.lstrip()) <= pip_indent:
+            break
+        entries.append(entry.removeprefix("-").strip())
+    return entries
+
+
+def test_environment_yml_pip_list_is_requirements_txt_plus_the_package() -> None:
+    entries = environment_yml_pip_lines()
+    assert EDITABLE_INSTALL in entries
+    packages = [entry for entry in entries if entry != EDITABLE_INSTALL]
+    assert specs_by_name(packages) == specs_by_name(requirements_txt_lines())
+
+
+def test_environment_yml_python_satisfies_requires_python() -> None:
+    text = (ROOT / "environment.yml").read_text()
+    python = re.search(r"^\s*-\s*python\s*=\s*([\d.]+)\s*$", text, flags=re.MULTILINE)
+    assert python, "environment.yml should pin the Python version as `- python=3.X`"
+    requires_python = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["requires-python"]
+    assert python.group(1) in SpecifierSet(requires_python)
+
+
+def test_pyproject_dependencies_are_in_requirements_txt() -> None:
+    dependencies = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    requirements = specs_by_name(requirements_txt_lines())
+    for dependency in map(Requirement, dependencies):
+        name = canonicalize_name(dependency.name)
+        assert name in requirements, f"pyproject.toml needs {dependency}, requirements.txt lacks {name}"
+        if dependency.specifier:
+            assert requirements[name] == dependency.specifier, (
+                f"pyproject.toml says {dependency}, requirements.txt says {name}{requirements[name]}"
+            )
+
+
+def test_torch_requirement_is_a_range_that_keeps_the_cpu_wheel() -> None:
+    # Install instructions put torch==2.13.0 in first; the range must accept it (and its +cpu local build)
+    # so the second pip call keeps it rather than fetching another build, and must not pin it, so a GPU
+    # user's own CUDA build is kept too.
+    torch = specs_by_name(requirements_txt_lines())["torch"]
+    assert torch, "torch must have a lower bound, not be bare"
+    assert all(spec.operator not in ("==", "===") for spec in torch), f"torch{torch} should be a range"
+    assert torch.contains("2.13.0")
+    assert torch.contains("2.13.0+cpu")
+
+
+def test_ci_runs_readme_test_command_step_by_step() -> None:
+    readme = (ROOT / "README.md").read_text()
+    command = re.search(r"^python3 -m venv .*-m pytest$", readme, flags=re.MULTILINE)
+    assert command, "README.md should show the command that sets up and runs every test"
+    ci = (ROOT / ".ci" / "run").read_text()
+    position = 0
+    for step in command.group(0).split(" && "):
+        found = ci.find(step, position)
+        assert found >= 0, f".ci/run should run the README step {step!r} after the ones before it"
+        position = found + len(step)

@@ -92,8 +92,10 @@ def reduce_add_coalesced(
     """
     # A gradient counts as sparse if any replica's is (an unused copy gets dense zeros).
     probes = [next((g for g in column if g.is_sparse), column[0]) for column in zip(*per_replica, strict=True)]
+    # Buckets save kernel launches on a GPU; on the CPU flattening would only add a pass over memory.
+    groups = buckets(probes) if destination.type == "cuda" else [[i] for i in range(len(probes))]
     sums: list[torch.Tensor] = [torch.empty(0)] * len(probes)
-    for bucket in buckets(probes):
+    for bucket in groups:
         bucket_grads = [[grads[i] for i in bucket] for grads in per_replica]
         for i, total in zip(bucket, _sum_bucket(bucket_grads, destination), strict=True):
             sums[i] = total

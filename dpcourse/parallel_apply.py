@@ -7,15 +7,16 @@ which is why a model made of many small layers gains little from DataParallel.
 
 import contextlib
 import sys
-import threading
 import traceback
 from collections.abc import Sequence
+from functools import partial
 from typing import Any
 
 import torch
 from torch import nn
 
 from .devices import DeviceLike, as_devices
+from .replica_threads import run_on_replica_threads
 from .trace import span, watch_backward
 
 
@@ -80,7 +81,8 @@ def parallel_apply(
 ) -> list[Any]:
     """Call ``modules[i](*inputs[i], **kwargs_tup[i])`` on ``devices[i]``, all at once, and return the outputs.
 
-    * One thread per replica; a single replica runs inline in the calling thread.
+    * One thread per replica (``replica-i``, see ``replica_threads``); a single replica runs inline in the
+      calling thread.
     * Grad mode and autocast are thread-local, so they are read here and switched on again in each thread
       (a new thread starts with grad enabled, even inside ``torch.no_grad()``).
     * A bare input is wrapped as ``(input,)``; a tuple or list is unpacked as positional arguments.
@@ -88,9 +90,13 @@ def parallel_apply(
       saying "Caught ValueError in replica 1 on device 1." followed by the original traceback.
     * ``devices=None`` takes each replica's device from its first input tensor (the CPU if there is none).
 
-    One difference from torch, on purpose: torch forwards only whether CUDA autocast is on, so in worker
-    threads an ``autocast(dtype=torch.bfloat16)`` falls back to the thread default (float16 on CUDA).
-    dpcourse forwards the enabled flag *and* the dtype for each replica's device type.
+    Differences from torch, on purpose:
+
+    * torch forwards only whether CUDA autocast is on, so in worker threads ``autocast(dtype=torch.bfloat16)``
+      falls back to the thread default (float16 on CUDA). dpcourse forwards the flag *and* the dtype.
+    * torch catches only ``Exception``: a ``SystemExit`` or ``KeyboardInterrupt`` ends its worker thread and
+      the caller gets a bare ``KeyError``. dpcourse re-raises those like any other exception.
+    * torch starts new threads on every call; dpcourse reuses them (``replica_threads`` says why).
     """
     kwargs_tup = ({},) * len(modules) if kwargs_tup is None else kwargs_tup
     if devices is None:
@@ -114,26 +120,17 @@ def parallel_apply(
                 with span("forward", device, i, tensors=args):
                     results[i] = module(*args, **kwargs)
                 watch_backward(i, device, results[i], module)
-        except Exception:
+        except BaseException:  # torch catches only Exception: a SystemExit then kills its thread silently
             results[i] = ReplicaError(i, device)
 
     jobs = list(zip(range(len(modules)), modules, inputs, kwargs_tup, devices, streams, strict=True))
     if len(jobs) == 1:
         run_replica(*jobs[0])
     else:
-        threads = [threading.Thread(target=run_replica, args=job, name=f"replica-{job[0]}") for job in jobs]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
+        run_on_replica_threads([partial(run_replica, *job) for job in jobs], [d.type == "cpu" for d in devices])
 
     outputs = []
     for i in range(len(jobs)):
-        if i not in results:
-            raise RuntimeError(
-                f"Replica {i} stopped without a result or an Exception: its thread was ended by a "
-                f"BaseException such as KeyboardInterrupt or SystemExit (printed above)."
-            )
         if isinstance(results[i], ReplicaError):
             results[i].reraise()
         outputs.append(results[i])

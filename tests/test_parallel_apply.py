@@ -101,14 +101,14 @@ def test_a_single_failing_replica_inline_is_also_wrapped():
         dpcourse.parallel_apply([FailsOn(ValueError("x"))], [torch.ones(1)], devices=["cpu"])
 
 
-@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
-def test_a_base_exception_in_a_thread_is_reported():
+def test_a_base_exception_in_a_thread_is_reraised_too():
     class Exit(nn.Module):
         def forward(self, x):
             raise SystemExit(3)
 
-    with pytest.raises(RuntimeError, match="Replica 0 stopped without a result"):
+    with pytest.raises(SystemExit, match="Caught SystemExit in replica 0 on device cpu"):
         dpcourse.parallel_apply([Exit(), Exit()], [torch.ones(1)] * 2, devices=dpcourse.devices(2))
+    assert dpcourse.parallel_apply([Probe(), Probe()], [torch.ones(1)] * 2)[1][0].item() == 1.0
 
 
 @pytest.mark.parametrize(

@@ -13,6 +13,7 @@ included, so the same step can be watched on a laptop:
   memcpy) or GPU speed.
 """
 
+import os
 from collections.abc import Sequence
 
 import torch
@@ -84,11 +85,14 @@ def devices(n: int) -> list[torch.device]:
       ``[cuda:0, cuda:1, cuda:0, cuda:1]``;
     * no GPU: ``[cpu] * n``, n replicas in n threads on the CPU.
 
+    Set the environment variable ``DPCOURSE_DEVICES=cpu`` to get CPU devices even on a GPU machine (the
+    test suite does, so the notebooks' stored outputs, made on a CPU, also match there).
     See this module's docstring for what each mode can and cannot show.
     """
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise ValueError(f"devices(n) needs a whole number of replicas n >= 1, got {n!r}.")
-    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    use_gpus = torch.cuda.is_available() and os.environ.get("DPCOURSE_DEVICES", "").lower() != "cpu"
+    gpus = torch.cuda.device_count() if use_gpus else 0
     if gpus == 0:
         return [torch.device("cpu")] * n
     return [torch.device("cuda", i % gpus) for i in range(n)]

@@ -3,12 +3,18 @@
 The markers themselves are registered in pyproject.toml.
 """
 
+import os
+
 import matplotlib
 import pytest
 
 # Before any test imports pyplot, so figures render off-screen on CI. Not MPLBACKEND: nbval's kernels
 # inherit the environment, and the notebooks need ipykernel's inline backend to store figure outputs.
 matplotlib.use("Agg")
+
+# The notebooks' stored outputs were made with CPU devices; nbval's kernels inherit this, so on a GPU
+# machine too the lessons run on CPU devices under test and their outputs compare equal.
+os.environ.setdefault("DPCOURSE_DEVICES", "cpu")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

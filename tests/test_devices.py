@@ -13,9 +13,15 @@ def test_without_a_gpu_devices_are_cpu_replicas():
 
 
 @pytest.mark.cuda
-def test_with_gpus_replicas_share_them_round_robin():
+def test_with_gpus_replicas_share_them_round_robin(monkeypatch):
+    monkeypatch.delenv("DPCOURSE_DEVICES", raising=False)
     gpus = torch.cuda.device_count()
     assert dpcourse.devices(gpus + 1) == [torch.device("cuda", i % gpus) for i in range(gpus + 1)]
+
+
+def test_cpu_devices_can_be_forced(monkeypatch):
+    monkeypatch.setenv("DPCOURSE_DEVICES", "cpu")
+    assert dpcourse.devices(2) == [torch.device("cpu")] * 2
 
 
 def test_device_spellings():

@@ -1,0 +1,70 @@
+"""The course's running example: one small model, one batch, and the single-device oracle to compare with.
+
+Every lesson parallelises the same training step, so the numbers can be compared from lesson to lesson:
+
+    model = examples.make_model()          # Linear(8, 16) -> ReLU -> Linear(16, 4), seeded
+    x, y = examples.make_batch(10)         # 10 samples, 8 features, 4 classes, seeded
+    loss = examples.loss_fn(model(x), y)   # cross-entropy, mean over the batch
+
+The oracle is the same step on one device with the whole batch: DataParallel is correct exactly when its
+outputs, gradients and weights match it.
+"""
+
+import copy
+
+import torch
+from torch import nn
+
+FEATURES, HIDDEN, CLASSES = 8, 16, 4
+
+
+def make_model(seed: int = 0, batchnorm: bool = False) -> nn.Sequential:
+    """The running example: a 2-layer MLP (optionally with BatchNorm after the first layer), seeded."""
+    torch.manual_seed(seed)
+    layers = [nn.Linear(FEATURES, HIDDEN)]
+    if batchnorm:
+        layers.append(nn.BatchNorm1d(HIDDEN))
+    layers += [nn.ReLU(), nn.Linear(HIDDEN, CLASSES)]
+    return nn.Sequential(*layers)
+
+
+def make_batch(batch: int = 10, seed: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
+    """``batch`` random samples and class labels, the same every time for the same seed."""
+    generator = torch.Generator().manual_seed(seed)
+    x = torch.randn(batch, FEATURES, generator=generator)
+    y = torch.randint(0, CLASSES, (batch,), generator=generator)
+    return x, y
+
+
+def loss_fn(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """Cross-entropy averaged over the whole batch: the loss every lesson uses."""
+    return nn.functional.cross_entropy(output, target)
+
+
+def twin(model: nn.Module) -> nn.Module:
+    """An independent copy with the same weights, to run the oracle beside the parallel version."""
+    return copy.deepcopy(model)
+
+
+def max_grad_difference(a: nn.Module, b: nn.Module) -> float:
+    """The largest absolute difference between the two models' parameter gradients (0.0 = identical)."""
+    return max((pa.grad - pb.grad).abs().max().item() for pa, pb in zip(a.parameters(), b.parameters(), strict=True))
+
+
+def max_weight_difference(a: nn.Module, b: nn.Module) -> float:
+    """The largest absolute difference between the two models' parameters."""
+    return max((pa - pb).abs().max().item() for pa, pb in zip(a.parameters(), b.parameters(), strict=True))
+
+
+def train(model: nn.Module, steps: int = 20, batch: int = 10, lr: float = 0.1) -> list[float]:
+    """``steps`` of SGD with momentum on fresh seeded batches; returns the losses. Works for DataParallel too."""
+    optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
+    losses = []
+    for step in range(steps):
+        x, y = make_batch(batch, seed=100 + step)
+        optimizer.zero_grad()
+        loss = loss_fn(model(x), y)
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    return losses

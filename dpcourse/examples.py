@@ -19,13 +19,18 @@ FEATURES, HIDDEN, CLASSES = 8, 16, 4
 
 
 def make_model(seed: int = 0, batchnorm: bool = False) -> nn.Sequential:
-    """The running example: a 2-layer MLP (optionally with BatchNorm after the first layer), seeded."""
-    torch.manual_seed(seed)
-    layers = [nn.Linear(FEATURES, HIDDEN)]
-    if batchnorm:
-        layers.append(nn.BatchNorm1d(HIDDEN))
-    layers += [nn.ReLU(), nn.Linear(HIDDEN, CLASSES)]
-    return nn.Sequential(*layers)
+    """The running example: a 2-layer MLP (optionally with BatchNorm after the first layer).
+
+    ``seed`` fixes the weights without touching the global random state, so a notebook's other cells
+    draw the same random numbers whether or not they built a model first.
+    """
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        layers = [nn.Linear(FEATURES, HIDDEN)]
+        if batchnorm:
+            layers.append(nn.BatchNorm1d(HIDDEN))
+        layers += [nn.ReLU(), nn.Linear(HIDDEN, CLASSES)]
+        return nn.Sequential(*layers)
 
 
 def make_batch(batch: int = 10, seed: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
@@ -68,3 +73,23 @@ def train(model: nn.Module, steps: int = 20, batch: int = 10, lr: float = 0.1) -
         optimizer.step()
         losses.append(loss.item())
     return losses
+
+
+class CountingNet(nn.Module):
+    """Linear + BatchNorm with plain attributes: what replicate shares, copies, or shares by reference.
+
+    ``calls += 1`` in forward is lost under DataParallel with 2+ devices (it rebinds the name on a
+    throwaway replica); ``seen.append`` is not (every replica holds the same list).
+    """
+
+    def __init__(self, features: int = 3) -> None:
+        super().__init__()
+        self.fc = nn.Linear(features, features)
+        self.bn = nn.BatchNorm1d(features)
+        self.calls = 0
+        self.seen: list[int] = []
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.calls += 1
+        self.seen.append(x.shape[0])
+        return self.bn(self.fc(x))

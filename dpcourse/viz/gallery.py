@@ -1,0 +1,78 @@
+"""Every figure of the course, written as PNG files: ``python -m dpcourse.viz.gallery out/``.
+
+Each picture is computed from a real run on ``dpcourse.devices(n)`` (CPU devices on a laptop), so the
+gallery doubles as a check that the figures still draw after a change to the primitives.
+"""
+
+import argparse
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import torch
+from matplotlib.figure import Figure
+from torch import nn
+
+import dpcourse
+from dpcourse import examples
+from dpcourse.trace import Trace
+
+from .chunks import chunk_split
+from .gather import gather_view
+from .gradients import gradient_sum, per_replica_mean_bias
+from .replicate import replicate_map
+from .scaling import measure_scaling, scaling
+from .timeline import timeline
+
+
+def example_trace(n_devices: int = 3, batch: int = 64) -> Trace:
+    """A real trace of one training step of the course model under DataParallel on ``n_devices`` devices.
+
+    One step runs first, untraced: the very first one also pays for starting up allocators and threads.
+    """
+    devices = dpcourse.devices(n_devices)
+    model = examples.make_model().to(devices[0])
+    data_parallel = dpcourse.DataParallel(model, devices)
+    x = examples.make_batch(batch)[0].to(devices[0])
+    data_parallel(x).pow(2).mean().backward()
+    model.zero_grad()
+    with dpcourse.trace() as recorded:
+        loss = data_parallel(x).pow(2).mean()
+        loss.backward()
+    return recorded
+
+
+def example_scaling(device_counts: Sequence[int] = (1, 2, 3, 4), steps: int = 5) -> Figure:
+    """Scaling of a model big enough for its matrix products to outweigh DataParallel's own overhead."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Linear(256, 1024), nn.Tanh(), nn.Linear(1024, 256))
+        x = torch.randn(512, 256)
+    return scaling(measure_scaling(model, x, device_counts, steps))
+
+
+FIGURES: dict[str, Callable[[], Figure]] = {
+    "chunk_split": lambda: chunk_split(10, 4),
+    "chunk_split_idle_and_kwargs": lambda: chunk_split(6, 4, kwargs_batches={"mask": 6, "lengths": 2}),
+    "replicate_map": lambda: replicate_map(examples.CountingNet(), dpcourse.devices(3)),
+    "gather_view": lambda: gather_view([3, 3, 3, 1]),
+    "gather_view_scalars": lambda: gather_view([3, 3, 3, 1], scalars=True),
+    "gradient_sum": gradient_sum,
+    "per_replica_mean_bias": per_replica_mean_bias,
+    "timeline": lambda: timeline(example_trace()),
+    "scaling": example_scaling,
+}
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m dpcourse.viz.gallery", description=__doc__.splitlines()[0])
+    parser.add_argument("folder", type=Path, help="where to write the PNG files (created if missing)")
+    folder = parser.parse_args(argv).folder
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, make in FIGURES.items():
+        path = folder / f"{name}.png"
+        make().savefig(path, dpi=100)
+        print(path)
+
+
+if __name__ == "__main__":
+    main()

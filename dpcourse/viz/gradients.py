@@ -1,0 +1,196 @@
+"""Figures: DataParallel's gradient is the sum of the replicas' gradients, and when a mean of means is biased."""
+
+import re
+import warnings
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+from matplotlib.patches import Patch
+from torch import nn
+
+import dpcourse
+from dpcourse import examples
+from dpcourse._functions import SCALAR_GATHER_WARNING
+
+from .palette import COMBINED_COLOR, REFERENCE, device_color, device_handles, legend_below, new_figure, plural
+
+SHOWN_ENTRIES = 6  # gradient entries drawn; the largest ones, so the bars are visible
+
+
+def _parameter(module: nn.Module, dotted: str) -> torch.Tensor:
+    """``module``'s tensor called ``dotted``; on a replica, a plain attribute (replicas own no Parameters)."""
+    prefix, _, name = dotted.rpartition(".")
+    return getattr(module.get_submodule(prefix), name)
+
+
+def _data_parallel(module: nn.Module, inputs: tuple, n_devices: int) -> tuple[Any, list[nn.Module], list[int]]:
+    """One DataParallel forward spelled out (scatter, replicate, parallel_apply, gather), keeping the replicas."""
+    devices = dpcourse.devices(n_devices)
+    chunks = dpcourse.scatter(inputs, devices)
+    used = devices[: len(chunks)]
+    replicas = dpcourse.replicate(module, used)
+    outputs = dpcourse.parallel_apply(replicas, chunks, None, used)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=re.escape(SCALAR_GATHER_WARNING))  # the figures explain it instead
+        gathered = dpcourse.gather(outputs, devices[0])
+    return gathered, replicas, [chunk[0].shape[0] for chunk in chunks]
+
+
+def _largest_entries(grad: torch.Tensor) -> list[int]:
+    """Flat indices of the largest entries of ``grad``, in index order."""
+    k = min(SHOWN_ENTRIES, grad.numel())
+    return sorted(grad.detach().abs().flatten().topk(k).indices.tolist())
+
+
+def _entry_labels(grad: torch.Tensor, entries: Sequence[int]) -> list[str]:
+    """``"[3, 1]"``: where each flat index sits in ``grad``."""
+    return [str([int(i) for i in torch.unravel_index(torch.tensor(e), grad.shape)]) for e in entries]
+
+
+def _first_weight(model: nn.Module) -> str:
+    return next(name for name, p in model.named_parameters() if p.dim() >= 2)
+
+
+def gradient_sum(
+    model_factory: Callable[[], nn.Module] | None = None,
+    batch: int = 10,
+    n_devices: int = 4,
+    param: str | None = None,
+    reduction: str = "mean",
+) -> Figure:
+    """Draw each replica's gradient for one parameter, their sum, and the single-device gradient beside it.
+
+    Runs the four steps for real on ``dpcourse.devices(n_devices)``, takes the cross-entropy loss (``reduction``) on
+    the gathered output, and asks autograd for the gradient with respect to every replica's *copy* of
+    ``param`` (default: the model's first weight). Each copy came out of ``Broadcast``, whose backward is a
+    **sum** (``ReduceAdd``), so the original's gradient is copy 0's + copy 1's + ... The bars add up
+    replica by replica (a waterfall) to that sum; the hollow bar is plain ``model(x)`` on the whole batch.
+    Both ``reduction="mean"`` and ``"sum"`` match, because the loss is taken after the gather.
+
+    The returned figure carries ``fig.dpcourse_data`` with every tensor drawn and ``max_abs_diff``.
+    """
+    device = dpcourse.devices(1)[0]
+    model = (model_factory or examples.make_model)().to(device)
+    name = param or _first_weight(model)
+    names = [n for n, _ in model.named_parameters()]
+    if name not in names:
+        raise ValueError(f"The model has no parameter {name!r}; pick one of {names}.")
+    original = _parameter(model, name)
+    x, y = (t.to(device) for t in examples.make_batch(batch))
+    gathered, replicas, chunks = _data_parallel(model, (x,), n_devices)
+    loss = F.cross_entropy(gathered, y, reduction=reduction)
+    *per_replica, reduced = torch.autograd.grad(loss, [_parameter(r, name) for r in replicas] + [original])
+    (single,) = torch.autograd.grad(F.cross_entropy(model(x), y, reduction=reduction), [original])
+    total = torch.stack(per_replica).sum(0)
+    diff = (total - single).abs().max().item()
+    entries = _largest_entries(single)
+
+    fig = new_figure(height=4.6)
+    ax = fig.subplots()
+    group = len(per_replica) + 3
+    for g, e in enumerate(entries):
+        x0, running = g * group, 0.0
+        for j, grad in enumerate(per_replica):
+            value = grad.flatten()[e].item()
+            ax.bar(x0 + j, value, bottom=running, color=device_color(j), width=0.9, gid="contribution")
+            running += value
+        ax.bar(x0 + len(per_replica), total.flatten()[e].item(), color=COMBINED_COLOR, width=0.9, gid="sum")
+        ax.bar(x0 + len(per_replica) + 1, single.flatten()[e].item(), width=0.9, gid="single", **REFERENCE)
+    ax.axhline(0, color="black", linewidth=0.8)
+    ax.set_xticks([g * group + (group - 2) / 2 for g in range(len(entries))], _entry_labels(single, entries))
+    ax.set_xlabel(f"the {len(entries)} largest entries of the gradient of {name}, by index")
+    ax.set_ylabel(f"d loss / d {name}")
+    ax.set_title(f"measured: max |sum - single device| = {diff:.1e}", fontsize=10)
+    handles = device_handles([plural(b, "row") for b in chunks])
+    handles += [Patch(color=COMBINED_COLOR, label="sum over replicas"), Patch(label="single device", **REFERENCE)]
+    legend_below(fig, handles)
+    fig.suptitle(f"Gradient of {name}: {len(chunks)} replicas' gradients add up to the single-device one")
+    fig.dpcourse_data = {
+        "param": name, "inputs": x, "targets": y, "chunks": chunks, "entries": entries,
+        "per_replica": per_replica, "sum": total, "reduced": reduced, "single_device": single, "max_abs_diff": diff,
+    }
+    return fig
+
+
+class _ChunkMean(nn.Module):
+    """Forward returns the mean loss over its own chunk, as many training scripts' replicas do.
+
+    With a ``model``, the chunk is ``(x, y)`` and the loss is cross-entropy; without one, the chunk already holds
+    one loss per sample (how the per-sample weights are measured).
+    """
+
+    def __init__(self, model: nn.Module | None = None) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor | None = None) -> torch.Tensor:
+        return x.mean() if self.model is None else F.cross_entropy(self.model(x), y)
+
+
+def per_replica_mean_bias(batch: int = 7, n_devices: int = 2) -> Figure:
+    """Draw why averaging the replicas' *mean* losses is not the batch mean when chunks are uneven.
+
+    Each replica returns the mean loss of its chunk of ``b_j`` samples; gather turns the n scalars into a
+    vector and ``.mean()`` averages it. Sample i of chunk j then weighs ``1 / (n * b_j)`` instead of
+    ``1 / B``: 7 samples on 2 devices (chunks 4, 3) weigh 1/8 and 1/6, not 1/7. The weights are measured,
+    not computed: autograd differentiates the same pipeline with respect to each sample's loss. With even
+    chunks (8 on 2) the weights and so the gradients match the single-device ones.
+
+    The returned figure carries ``fig.dpcourse_data`` with the weights, both gradients and ``max_abs_diff``.
+    """
+    device = dpcourse.devices(1)[0]
+    model = examples.make_model().to(device)
+    x, y = (t.to(device) for t in examples.make_batch(batch))
+    per_sample = torch.ones(batch, device=x.device, requires_grad=True)
+    mean_of_means, _, chunks = _data_parallel(_ChunkMean(), (per_sample,), n_devices)
+    (weights,) = torch.autograd.grad(mean_of_means.mean(), [per_sample])
+    name = _first_weight(model)
+    original = _parameter(model, name)
+    losses, _, _ = _data_parallel(_ChunkMean(model), (x, y), n_devices)
+    (data_parallel,) = torch.autograd.grad(losses.mean(), [original])
+    (single,) = torch.autograd.grad(F.cross_entropy(model(x), y), [original])
+    diff = (data_parallel - single).abs().max().item()
+
+    fig = new_figure(height=4.4)
+    left, right = fig.subplots(1, 2, width_ratios=[1, 1.3])
+    owners = [j for j, b in enumerate(chunks) for _ in range(b)]
+    left.bar(range(batch), weights.tolist(), color=[device_color(j) for j in owners], gid="weight")
+    left.axhline(1 / batch, color="black", linestyle="--", label=f"single device: 1/{batch}")
+    left.set_xlabel("sample")
+    left.set_ylabel("weight of the sample's loss")
+    left.set_ylim(0, 1.3 * weights.max().item())
+    left.legend(loc="upper left", fontsize=8)
+    left.set_title("measured per-sample weights", fontsize=10)
+    _compare_bars(right, name, data_parallel, single)
+    right.set_title(f"gradient of {name}: max |diff| = {diff:.1e}", fontsize=10)
+    handles = device_handles([plural(b, "row") for b in chunks])
+    handles += [Patch(color=COMBINED_COLOR, label="mean of chunk means"), Patch(label="single device", **REFERENCE)]
+    legend_below(fig, handles)
+    fractions = list(dict.fromkeys(f"1/{len(chunks) * b}" for b in chunks))
+    verdict = f"weighs samples {', '.join(fractions)}, not 1/{batch}" if fractions != [f"1/{batch}"] else (
+        f"weighs every sample 1/{batch}, as one device does")
+    fig.suptitle(f"{batch} samples on {len(chunks)} devices (chunks {', '.join(map(str, chunks))}): "
+                 f"a mean of means {verdict}")
+    fig.dpcourse_data = {
+        "chunks": chunks, "weights": weights, "expected_weights": [1 / (len(chunks) * chunks[j]) for j in owners],
+        "data_parallel": data_parallel, "single_device": single, "max_abs_diff": diff,
+    }
+    return fig
+
+
+def _compare_bars(ax: Axes, name: str, data_parallel: torch.Tensor, single: torch.Tensor) -> None:
+    """Pairs of bars for the largest entries: the data-parallel gradient and the single-device one."""
+    entries = _largest_entries(single)
+    positions = range(len(entries))
+    ax.bar([p - 0.2 for p in positions], [data_parallel.flatten()[e].item() for e in entries], width=0.4,
+           color=COMBINED_COLOR, gid="data-parallel")
+    ax.bar([p + 0.2 for p in positions], [single.flatten()[e].item() for e in entries], width=0.4,
+           gid="single", **REFERENCE)
+    ax.axhline(0, color="black", linewidth=0.8)
+    ax.set_xticks(positions, _entry_labels(single, entries))
+    ax.set_xlabel(f"the {len(entries)} largest entries, by index")
+    ax.set_ylabel(f"d loss / d {name}")

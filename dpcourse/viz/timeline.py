@@ -1,0 +1,119 @@
+"""Figure: one DataParallel step as a timeline, one lane per thread, from a real ``dpcourse.trace()``."""
+
+from collections.abc import Sequence
+
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+from matplotlib.patches import Patch
+
+from dpcourse.trace import Span, Trace
+
+from .palette import device_color, device_label, legend_below, new_figure, step_color
+
+CRITICAL = "critical path"
+MIN_FRACTION = 0.003  # every span is drawn at least this share of the step wide, so that none vanishes
+LABEL_MIN_FRACTION = 0.07  # a span narrower than this share of the step gets no text: it would not fit
+BAR_HEIGHT = 0.8  # of a lane 1 high
+ROW_EXTRA = 0.5  # how much higher a lane grows for each extra row of overlapping spans
+
+
+def _lanes(spans: Sequence[Span]) -> list[str]:
+    """Thread names in reading order: the main thread, the replica threads by number, then any others."""
+    names = list(dict.fromkeys(s.thread for s in spans))
+
+    def order(name: str) -> tuple[int, int, int]:
+        if name == "MainThread":
+            return (0, 0, 0)
+        if name.startswith("replica-") and name[8:].isdigit():
+            return (1, int(name[8:]), 0)
+        return (2, 0, names.index(name))
+
+    return sorted(names, key=order)
+
+
+def _rows(spans: Sequence[Span]) -> list[int]:
+    """A row within its lane for each span, so that spans overlapping in time (backward of several replicas
+    run by one autograd thread) sit one above the other instead of hiding each other."""
+    ends: list[float] = []
+    rows = [0] * len(spans)
+    for i in sorted(range(len(spans)), key=lambda i: spans[i].start):
+        free = next((r for r, end in enumerate(ends) if end <= spans[i].start), len(ends))
+        if free == len(ends):
+            ends.append(spans[i].end)
+        else:
+            ends[free] = spans[i].end
+        rows[i] = free
+    return rows
+
+
+def critical_path(trace: Trace) -> list[Span]:
+    """The spans that set the length of a one-step trace: every main-thread step, and for each step that runs
+    once per replica (forward, backward) the replica that finished last, because the next step waits for it."""
+    chain = [s for s in trace.spans if s.replica is None]
+    for step in dict.fromkeys(s.step for s in trace.spans if s.replica is not None):
+        chain.append(max((s for s in trace.spans if s.step == step and s.replica is not None), key=lambda s: s.end))
+    return sorted(chain, key=lambda s: s.start)
+
+
+def _bar(ax: Axes, span: Span, y: float, height: float, origin: float, total: float, gid: str) -> None:
+    replica = {} if span.replica is None else {"edgecolor": device_color(span.replica), "hatch": "//", "linewidth": 2}
+    start, width = (span.start - origin) * 1e3, max(span.duration * 1e3, MIN_FRACTION * total)
+    ax.barh(y, width, height=height, left=start, color=step_color(span.step), gid=gid, **replica)
+    if width >= LABEL_MIN_FRACTION * total:
+        ax.text(start + width / 2, y, span.step, ha="center", va="center", fontsize=8, clip_on=True)
+
+
+def timeline(trace: Trace) -> Figure:
+    """Draw every span of ``trace`` as a bar in its thread's lane; x is milliseconds since the first span.
+
+    Fill = the step (scatter, replicate, forward, gather, gather-backward, backward, reduce-add); replica
+    spans are outlined and hatched in their replica's device colour. The top lane repeats the critical path
+    (``critical_path``): what the step really waits for. Gaps in it are time spent outside every recorded
+    step: Python between the steps, starting threads, the autograd engine.
+
+    Works for any trace: on CPU devices the autograd engine runs every replica's backward on the calling
+    thread, so those spans stack up in the MainThread lane; on GPUs each device has its own backward thread.
+    The returned figure carries ``fig.dpcourse_data = {"lanes", "critical", "duration_ms"}``.
+    """
+    if not trace.spans:
+        raise ValueError(
+            "This trace is empty: record one step first, `with dpcourse.trace() as t: dp(x).sum().backward()`."
+        )
+    origin = min(s.start for s in trace.spans)
+    total = (max(s.end for s in trace.spans) - origin) * 1e3
+    lanes = _lanes(trace.spans)
+    critical = critical_path(trace)
+
+    placed = [(thread, [s for s in trace.spans if s.thread == thread]) for thread in lanes]
+    placed = [(thread, spans, _rows(spans)) for thread, spans in placed]
+    heights = [1.0] + [1.0 + ROW_EXTRA * max(rows) for _, _, rows in placed]  # lane 0: the critical path
+    tops = [sum(heights[:i]) for i in range(len(heights))]
+
+    fig = new_figure(height=1.9 + 0.6 * sum(heights))
+    ax = fig.subplots()
+    for span in critical:
+        _bar(ax, span, 0.5, BAR_HEIGHT, origin, total, gid=CRITICAL)
+    for top, lane_height, (_, spans, rows) in zip(tops[1:], heights[1:], placed, strict=True):
+        row_height = (lane_height - 1 + BAR_HEIGHT) / (max(rows) + 1)
+        for span, row in zip(spans, rows, strict=True):
+            y = top + (1 - BAR_HEIGHT) / 2 + row_height * (row + 0.5)
+            _bar(ax, span, y, row_height * 0.9, origin, total, gid="span")
+    for top in tops[1:]:
+        ax.axhline(top, color="#DDDDDD", linewidth=1)
+    ax.axvline(total, color="black", linestyle=":", linewidth=1)
+    ax.set_yticks([top + h / 2 for top, h in zip(tops, heights, strict=True)], [CRITICAL] + lanes)
+    ax.set_ylim(sum(heights), 0)
+    ax.set_xlim(0, total * 1.02)
+    ax.set_xlabel("time since the first step began (ms)")
+    ax.set_ylabel("thread")
+    steps = dict.fromkeys(s.step for s in trace.spans)
+    replicas = {s.replica: s.device for s in trace.spans if s.replica is not None}
+    handles = [Patch(color=step_color(step), label=step) for step in steps]
+    handles += [Patch(facecolor="white", edgecolor=device_color(i), hatch="//", label=device_label(i, d))
+                for i, d in sorted(replicas.items())]
+    legend_below(fig, handles)
+    devices = sorted(set(replicas.values()))
+    fig.suptitle(f"DataParallel on {len(replicas)} replicas ({', '.join(devices)}): "
+                 f"{total:.1f} ms end to end (dotted line)")
+    fig.dpcourse_data = {"lanes": lanes, "critical": critical, "duration_ms": total}
+    return fig

@@ -53,6 +53,19 @@ class Trace:
 
     spans: list[Span] = dataclasses.field(default_factory=list)
 
+    @property
+    def start(self) -> float:
+        return min((s.start for s in self.spans), default=0.0)
+
+    @property
+    def end(self) -> float:
+        return max((s.end for s in self.spans), default=0.0)
+
+    @property
+    def duration(self) -> float:
+        """Seconds from the first span's start to the last span's end: the traced step, end to end."""
+        return self.end - self.start
+
     def steps(self, step: str) -> list[Span]:
         return [s for s in self.spans if s.step == step]
 
@@ -89,7 +102,7 @@ class _Recorder:
                 event.record(torch.cuda.current_stream(index))
                 self.gpu_origins[index] = (self.seconds(), event)
         self.gpu_spans: list[tuple[Span, torch.cuda.Event, torch.cuda.Event]] = []
-        self.backward: dict[int, Span] = {}
+        self.backward: dict[int, tuple[str, str, list[float | torch.cuda.Event]]] = {}  # thread, device, marks
 
     def seconds(self) -> float:
         return time.perf_counter() - self.origin
@@ -127,29 +140,30 @@ class _Recorder:
         watched = [t for t in _tensors(output) + copies if t.requires_grad and t.grad_fn is not None]
 
         def reached(_grad: torch.Tensor) -> None:
-            now = self.seconds()
+            mark = self.mark(device)
             with self.lock:
-                span = self.backward.get(replica)
-                if span is None:
-                    span = Span("backward", now, now, threading.current_thread().name, replica, str(device))
-                    self.backward[replica] = span
-                    self.trace.spans.append(span)
-                span.end = now
+                thread = threading.current_thread().name
+                self.backward.setdefault(replica, (thread, str(device), []))[2].append(mark)
 
         for tensor in watched:
             tensor.register_hook(reached)
 
     def close(self) -> None:
         """Turn CUDA events into seconds (after one synchronize) and sort the spans by start time."""
-        if self.gpu_spans:
+        if self.gpu_origins:
             torch.cuda.synchronize()
         for span, start, end in self.gpu_spans:
-            span.start, span.end = self.gpu_seconds(start), self.gpu_seconds(end)
+            span.start, span.end = self.seconds_of(start), self.seconds_of(end)
+        for replica, (thread, device, marks) in self.backward.items():
+            times = [self.seconds_of(mark) for mark in marks]
+            self.trace.spans.append(Span("backward", min(times), max(times), thread, replica, device))
         self.trace.spans.sort(key=lambda s: (s.start, -1 if s.replica is None else s.replica))
 
-    def gpu_seconds(self, event: torch.cuda.Event) -> float:
-        origin_seconds, origin = self.gpu_origins[event.device.index]
-        return origin_seconds + origin.elapsed_time(event) / 1000
+    def seconds_of(self, mark: float | torch.cuda.Event) -> float:
+        if isinstance(mark, float):
+            return mark
+        origin_seconds, origin = self.gpu_origins[mark.device.index]
+        return origin_seconds + origin.elapsed_time(mark) / 1000
 
 
 _active: _Recorder | None = None

@@ -66,3 +66,10 @@ def test_nothing_is_recorded_outside_a_trace_and_traces_do_not_nest():
             with dpcourse.trace():
                 pass
     assert trace_module._active is None
+
+
+def test_duration_is_first_start_to_last_end():
+    t, _ = traced_step()
+    assert t.start == min(s.start for s in t.spans) and t.end == max(s.end for s in t.spans)
+    assert t.duration == t.end - t.start > 0
+    assert Trace().duration == 0.0

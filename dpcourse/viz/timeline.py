@@ -79,8 +79,8 @@ def timeline(trace: Trace) -> Figure:
         raise ValueError(
             "This trace is empty: record one step first, `with dpcourse.trace() as t: dp(x).sum().backward()`."
         )
-    origin = min(s.start for s in trace.spans)
-    total = (max(s.end for s in trace.spans) - origin) * 1e3
+    origin = trace.start
+    total = trace.duration * 1e3
     lanes = _lanes(trace.spans)
     critical = critical_path(trace)
 

@@ -1,0 +1,116 @@
+# %% [markdown]
+# # 01 · One device: the training step we will parallelise
+#
+# **After this lesson you will be able to explain**
+# - the four parts of one training step: forward, loss, backward, optimizer step;
+# - why "the same step on one device with the whole batch" is the oracle every DataParallel result is
+#   checked against in this course;
+# - what `dpcourse.devices(n)` gives you on this machine, and what CPU devices can and cannot show.
+
+# %%
+import torch
+
+import dpcourse
+from dpcourse import examples
+
+torch.manual_seed(0)
+
+# %% [markdown]
+# ## The running example
+# Every lesson parallelises the same small model and batch, so numbers can be compared across lessons:
+# a 2-layer MLP (8 → 16 → 4) and a batch of 10 samples. Both are seeded (`dpcourse/examples.py`).
+
+# %%
+model = examples.make_model()
+x, y = examples.make_batch(10)
+model, x.shape, y.tolist()
+
+# %% [markdown]
+# ## One step on one device
+# Forward the whole batch, average the loss over all 10 samples, backward, then let the optimizer move the
+# weights. Each parameter's `.grad` is the gradient of that **mean** loss.
+
+# %%
+oracle = examples.twin(model)  # an independent copy with the same weights: our reference
+loss = examples.loss_fn(oracle(x), y)
+loss.backward()
+print(f"loss = {loss.item():.4f}")
+print("grad of the first weight, first row:", [round(v, 4) for v in oracle[0].weight.grad[0, :4].tolist()])
+
+# %% [markdown]
+# ## The oracle
+# DataParallel promises to compute *this* step, only spread over devices. So in every lesson we run the
+# parallel version next to this one and print the largest difference. Up to float rounding it must be 0.
+#
+# Here is the promise kept, before we open the box: the same step with `dpcourse.DataParallel` on 3 devices.
+
+# %%
+parallel = dpcourse.DataParallel(model, devices=dpcourse.devices(3))
+examples.loss_fn(parallel(x), y).backward()
+print(f"max |grad difference| vs the oracle: {examples.max_grad_difference(model, oracle):.1e}")
+
+# %% [markdown]
+# ## Which devices do you have?
+# `dpcourse.devices(n)` returns n devices for n replicas: n GPUs if there are that many, replicas sharing
+# the GPUs round-robin if there are fewer, and n CPU "devices" if there is no GPU. The stored output below
+# was made on a laptop-class CPU, so it shows CPU devices.
+
+# %% tags=["nbval-ignore-output"]
+print("GPUs visible:", torch.cuda.device_count())
+dpcourse.devices(3)
+
+# %% [markdown]
+# | mode | each replica is | you can see | you cannot see |
+# |---|---|---|---|
+# | n GPUs | a copy on its own GPU | everything, at real speed | — |
+# | one GPU, n replicas | a copy on the same GPU | every copy, thread and sum | a speed-up; device mismatches |
+# | CPU devices | a copy in CPU memory, run in its own thread | chunking, copies, aliasing, lost updates, gradient sums, thread timelines | device-mismatch errors (all memory is one device), real transfer costs, GPU speed |
+#
+# `torch.nn.DataParallel` itself does nothing without a GPU: it becomes a pass-through that calls your
+# module once on the whole batch (`torch/nn/parallel/data_parallel.py`, `__init__`: no device type found →
+# `device_ids = []`). See it:
+
+# %%
+torch_dp = torch.nn.DataParallel(examples.make_model())
+print("torch's device_ids without a GPU:", torch_dp.device_ids if not torch.cuda.is_available() else "(GPU present)")
+
+# %% [markdown]
+# ## Predict, then run
+# Answer before you look: the quiz hides its explanation until you commit to an answer.
+
+# %%
+dpcourse.quiz.ask_lesson("01_one_device")
+
+# %% [markdown]
+# ## Summary
+# - One step = forward, loss (a mean over the batch), backward, optimizer step.
+# - The oracle is that step on one device with the whole batch; DataParallel must reproduce its gradients.
+# - `dpcourse.devices(n)` picks GPUs when there are some, CPU devices otherwise; CPU devices show the
+#   mechanics but not the costs.
+#
+# ## Exercises
+# 1. Change the batch to 7 samples and 2 devices. Does the parallel gradient still match the oracle?
+#    (Run the cell below; it checks itself.)
+# 2. Train both models for 5 steps with `examples.train` and compare the weights with
+#    `examples.max_weight_difference`.
+
+# %%
+def exercise_1(batch=7, n=2):
+    model = examples.make_model()
+    oracle = examples.twin(model)
+    x, y = examples.make_batch(batch)
+    examples.loss_fn(oracle(x), y).backward()
+    examples.loss_fn(dpcourse.DataParallel(model, devices=dpcourse.devices(n))(x), y).backward()
+    return examples.max_grad_difference(model, oracle)
+
+
+assert exercise_1() < 1e-6, "the parallel gradient should equal the oracle's"
+print("exercise 1: matches the oracle")
+
+# %%
+model = examples.make_model()
+oracle = examples.twin(model)
+examples.train(dpcourse.DataParallel(model, devices=dpcourse.devices(2)), steps=5)
+examples.train(oracle, steps=5)
+assert examples.max_weight_difference(model, oracle) < 1e-5
+print("exercise 2: after 5 steps the weights match")

@@ -1,0 +1,157 @@
+# %% [markdown]
+# # 02 · Scatter: splitting the batch
+#
+# **After this lesson you will be able to explain**
+# - how many rows each device gets, and why 6 rows on 4 devices use only 3 of them;
+# - what happens to tuples, lists, dicts and non-tensor arguments on the way to the replicas;
+# - why a keyword argument can make the last replicas fail with "missing argument";
+# - where the gradient of a scattered input goes in backward.
+#
+# Scatter is step 1 of every DataParallel forward (`dpcourse/scatter_gather.py`, mirroring
+# `torch/nn/parallel/scatter_gather.py`).
+
+# %%
+import torch
+
+import dpcourse
+from dpcourse import examples, viz
+
+devices = dpcourse.devices(4)
+x, y = examples.make_batch(10)
+
+# %% [markdown]
+# ## Splitting a batch: the torch.chunk rule
+# Scatter splits every tensor along `dim` (default 0) with `torch.chunk(len(devices), dim)`: chunks of
+# `ceil(B / n)` rows, and whatever is left for the last one. Predict first:
+
+# %%
+dpcourse.quiz.ask("02-chunk-sizes")
+
+# %%
+chunks = dpcourse.scatter(x, devices)
+print("chunk shapes:", [list(c.shape) for c in chunks])
+viz.chunk_split(10, 4)
+
+# %% [markdown]
+# The chunks are not copies: on the same device each chunk is a **view** of the input (a slice of the same
+# memory). On GPUs a chunk whose device differs from the input's is copied there; chunk 0 of an input that
+# already lives on `devices[0]` stays a view (`torch/csrc/cuda/comm.cpp`, `scatter`).
+
+# %%
+print("chunk 0 shares the input's memory:", chunks[0].data_ptr() == x.data_ptr())
+
+# %% [markdown]
+# ## Fewer chunks than devices
+# `ceil(B / n)`-sized chunks can run out before the devices do — not only when B < n.
+
+# %%
+dpcourse.quiz.ask("02-fewer-chunks")
+
+# %%
+for batch in (10, 9, 6, 5, 3):
+    sizes = [c.shape[0] for c in dpcourse.scatter(torch.zeros(batch, 8), devices)]
+    print(f"{batch:2d} rows on 4 devices -> chunks {sizes}: {len(sizes)} replicas run")
+viz.chunk_split(6, 4)
+
+# %% [markdown]
+# DataParallel only builds replicas for the devices that got a chunk (`devices[:len(inputs)]`). The fourth
+# device sits idle, and nothing warns you (pytorch/pytorch#9226 asked for a warning; it was declined
+# because last batches are often small).
+
+# %% [markdown]
+# ## Nested inputs: tuples, lists, dicts, namedtuples
+# Scatter walks into tuples, lists, dicts and namedtuples and splits each tensor inside. A tensor at the top
+# gives a *tuple* of chunks; any container gives a *list* with one entry per device, each entry of the
+# container's type.
+
+# %%
+from collections import namedtuple
+
+Batch = namedtuple("Batch", "features labels")
+per_device = dpcourse.scatter(Batch(x, y), devices)
+print(type(per_device).__name__, "of", len(per_device), "entries")
+print(per_device[3])
+
+# %% [markdown]
+# Entries are `zip`ped, so the **shortest** leaf decides how many replicas run, and the extra rows of the
+# longer tensors are dropped without a word:
+
+# %%
+per_device = dpcourse.scatter((torch.zeros(10, 2), torch.zeros(3, 2)), devices)
+print(len(per_device), "entries:", [[list(t.shape) for t in entry] for entry in per_device])
+
+# %% [markdown]
+# ## Non-tensors are shared by reference
+# Anything that is not a tensor or one of those containers (numbers, strings, `None`, dataclasses, your own
+# objects) is handed to every replica **as the same object**. A tensor inside a dataclass is not split.
+
+# %%
+options = ["shared", "list"]
+per_device = dpcourse.scatter(((x, options, 3.0),), devices)
+print("same list object on every device:", all(entry[0][1] is options for entry in per_device))
+
+# %% [markdown]
+# ## Keyword arguments and padding
+# `scatter_kwargs` scatters positional and keyword arguments separately and pads the shorter side with
+# `()` or `{}`. A replica that gets the padding is called **without** those arguments:
+
+# %%
+dpcourse.quiz.ask("02-kwargs-padding")
+
+# %%
+inputs, kwargs = dpcourse.scatter_kwargs((torch.zeros(8, 2),), {"mask": torch.zeros(2, 2)}, devices)
+for i, (args, kw) in enumerate(zip(inputs, kwargs)):
+    print(f"replica {i}: args {[list(a.shape) for a in args]}, kwargs {list(kw)}")
+viz.chunk_split(8, 4, kwargs_batches={"mask": 2})
+
+# %% [markdown]
+# Replicas 2 and 3 are called as `forward(x)` with no `mask`: the classic "forward() missing 1 required
+# positional argument … Caught TypeError in replica 2" (pytorch/pytorch#15161, #31460). The fix is to give
+# every scattered argument the same batch size (or pass non-batch values as non-tensors).
+#
+# torch 2.13 differs here from dpcourse: its `scatter_kwargs` pads kwargs only when they are shorter than
+# the number of *positional arguments* (`len(inputs)`), a slip from a typing refactor, so with one
+# positional argument it skips the padding and then fails with "The number of modules 4 is not equal to
+# the number of kwargs_tup 2". dpcourse pads both sides (as torch did before 2.1); see the docstring of
+# `dpcourse.scatter_kwargs`.
+
+# %% [markdown]
+# ## Scatter in backward
+# Scatter is an autograd Function: in backward, each chunk's gradient travels back and the pieces are
+# concatenated on the input's device (`Scatter.backward` = `Gather`).
+
+# %%
+x_leaf = x.clone().requires_grad_()
+chunks = dpcourse.scatter(x_leaf, devices)
+sum((i + 1) * c.sum() for i, c in enumerate(chunks)).backward()
+print("d/dx, first column:", x_leaf.grad[:, 0].tolist())
+
+# %% [markdown]
+# Rows 0–2 got gradient 1, rows 3–5 got 2, rows 6–8 got 3 and row 9 got 4: each chunk's gradient landed
+# back in exactly the rows it came from.
+#
+# ## Summary
+# - Scatter uses `torch.chunk`: chunks of `ceil(B / n)` rows, possibly **fewer chunks than devices**.
+# - Containers are walked into and zipped (the shortest leaf wins); other objects are shared by reference.
+# - Unequal positional/keyword batch sizes leave some replicas without arguments.
+# - In backward the chunks' gradients are concatenated back onto the input's device.
+#
+# ## Exercises
+# 1. For which batch sizes from 1 to 16 do all 4 devices get a chunk? Complete `all_devices_busy` so the
+#    check passes.
+# 2. Scatter a dict `{"x": x, "lengths": torch.arange(10)}` over 3 devices and check that every entry keeps
+#    the dict's keys.
+
+# %%
+def all_devices_busy(batch, n=4):
+    return len(dpcourse.scatter(torch.zeros(batch), dpcourse.devices(n))) == n
+
+
+busy = [b for b in range(1, 17) if all_devices_busy(b)]
+assert busy == [4, 7, 8, 10, 11, 12, 13, 14, 15, 16], busy
+print("exercise 1: all 4 devices work for batch sizes", busy)
+
+# %%
+entries = dpcourse.scatter({"x": x, "lengths": torch.arange(10)}, dpcourse.devices(3))
+assert all(set(entry) == {"x", "lengths"} for entry in entries)
+print("exercise 2:", [{k: list(v.shape) for k, v in entry.items()} for entry in entries])

@@ -1,0 +1,170 @@
+# %% [markdown]
+# # 03 · Replicate: one copy of the model per device, every step
+#
+# **After this lesson you will be able to explain**
+# - why a replica is a *shallow* copy, and why `replica.parameters()` is empty;
+# - which tensors replica 0 shares with your model, and which the other replicas copy;
+# - why `self.counter += 1` in `forward` is lost, while `self.log.append(...)` is not;
+# - where BatchNorm's running statistics come from under DataParallel.
+#
+# Replicate is step 2 of every forward (`dpcourse/replicate.py`, mirroring `torch/nn/parallel/replicate.py`).
+
+# %%
+import torch
+
+import dpcourse
+from dpcourse import examples, viz
+
+devices = dpcourse.devices(3)
+
+# %% [markdown]
+# ## A replica is a shallow copy
+# For each submodule and device, `Module._replicate_for_data_parallel` (`torch/nn/modules/module.py`) makes
+# a new object **without calling `__init__`** and copies its `__dict__` — the dict itself, not what it
+# holds. Then replicate wires in the copied parameters and buffers.
+
+# %%
+model = examples.CountingNet()
+replicas = dpcourse.replicate(model, devices)
+print(len(replicas), "replicas; marked as replicas:", [r._is_replica for r in replicas])
+viz.replicate_map(model, devices)
+
+# %% [markdown]
+# ## Parameters become non-leaf copies
+# The copies come out of `Broadcast`, an autograd Function, so each is the *result of a computation*
+# (`grad_fn` set), not a leaf `Parameter`. Module's `__setattr__` only registers `Parameter`s, so the copies
+# are stored as plain attributes and **`replica.parameters()` is empty**. Predict:
+
+# %%
+dpcourse.quiz.ask("03-parameters-empty")
+
+# %%
+r1 = replicas[1]
+print("replica.parameters():", list(r1.parameters()))
+print("replica.fc.weight is a leaf:", r1.fc.weight.is_leaf, "| grad_fn:", type(r1.fc.weight.grad_fn).__name__)
+
+# %% [markdown]
+# So code that calls `next(self.parameters())` inside `forward` (for example to find the device) fails under
+# DataParallel with `StopIteration: Caught StopIteration in replica 0 on device 0` (pytorch/pytorch#40457,
+# #49828). This changed in torch 1.5 (PR #33907); use the input's device instead.
+
+# %% [markdown]
+# ## Replica 0 shares the original's tensors
+# The copy for `devices[0]` is not a copy at all: `broadcast_coalesced` returns the input tensors as-is for
+# the first device (`torch/csrc/cuda/comm.cpp`). Replica 0's weight is a view of your model's weight, and its
+# buffers are your model's buffers. Every other replica holds fresh copies.
+
+# %%
+def same_memory(a, b):
+    return a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
+
+
+for i, replica in enumerate(replicas):
+    print(
+        f"replica {i}: weight shares memory {same_memory(replica.fc.weight, model.fc.weight)!s:5} | "
+        f"running_mean is the original {replica.bn.running_mean is model.bn.running_mean}"
+    )
+
+# %% [markdown]
+# ## Plain attributes: shared or lost
+# A plain attribute is copied by reference along with `__dict__`. Rebinding it on a replica
+# (`self.calls += 1` means `self.calls = self.calls + 1`) changes only that throwaway replica; mutating a
+# shared object (`self.seen.append(...)`) changes the one object everybody holds.
+
+# %%
+dpcourse.quiz.ask("03-counter-lost")
+
+# %%
+model = examples.CountingNet()
+dpcourse.DataParallel(model, devices=dpcourse.devices(2))(torch.randn(8, 3))
+print("with 2 devices: calls =", model.calls, "| seen =", model.seen)
+dpcourse.DataParallel(model, devices=dpcourse.devices(1))(torch.randn(8, 3))
+print("with 1 device:  calls =", model.calls, "| seen =", model.seen)
+
+# %% [markdown]
+# With one device DataParallel skips replication and calls your model directly, so the counter survives —
+# a bug that appears only when you add the second GPU. The fix: keep state that must survive in a buffer and
+# update it in place (`self.calls_buffer += 1` on a registered buffer), which works through replica 0's
+# aliasing (pytorch/pytorch#2864), or count outside the model.
+#
+# Plain **tensor** attributes (not registered as buffers) are not copied either: every replica points at the
+# original tensor on the original device. On real GPUs that is a device-mismatch error in replica 1; CPU
+# devices cannot show it, because all CPU memory is one device.
+
+# %% [markdown]
+# ## BatchNorm under DataParallel
+# Two consequences for BatchNorm in training mode: each replica normalises with the statistics of **its own
+# chunk**, and only replica 0's update of `running_mean`/`running_var` reaches your model (it works on your
+# model's own buffers; the other replicas update copies that are thrown away).
+
+# %%
+dpcourse.quiz.ask("03-batchnorm-running-stats")
+
+# %%
+model = examples.make_model(batchnorm=True)
+x, _ = examples.make_batch(12)
+dpcourse.DataParallel(model, devices=dpcourse.devices(3))(x)
+
+chunk0_only = examples.make_model(batchnorm=True)
+chunk0_only(x[:4])
+full_batch = examples.make_model(batchnorm=True)
+full_batch(x)
+bn, bn0, bn_full = model[1], chunk0_only[1], full_batch[1]
+print("running_mean equals the update from chunk 0 alone:", torch.allclose(bn.running_mean, bn0.running_mean))
+print("running_mean equals the full-batch update:       ", torch.allclose(bn.running_mean, bn_full.running_mean))
+print("num_batches_tracked:", bn.num_batches_tracked.item())
+
+# %% [markdown]
+# In practice the running statistics from one chunk are a noisier estimate but rarely hurt convergence
+# (pytorch/pytorch#1051); the per-chunk *batch* statistics matter more with small chunks. The fix is
+# `SyncBatchNorm`, which only works with DistributedDataParallel (lesson 10).
+
+# %% [markdown]
+# ## Replicated on every forward
+# Replicas are rebuilt from your model at every call: that is how they pick up the optimizer's latest
+# weights, and also why replication is a cost paid on every step (lesson 09).
+
+# %%
+dp = dpcourse.DataParallel(examples.make_model(), devices=dpcourse.devices(2))
+x, _ = examples.make_batch(8)
+with dpcourse.trace() as t:
+    dp(x)
+    dp(x)
+print("replicate steps recorded in two forwards:", len(t.steps("replicate")))
+print("bytes copied per replicate:", t.steps("replicate")[0].bytes_copied)
+
+# %% [markdown]
+# ## Summary
+# - A replica is a shallow copy: same plain attributes, parameters swapped for non-leaf copies on its device.
+# - `replica.parameters()` is empty; replica 0 shares your model's parameter memory and buffers.
+# - Rebinding an attribute in `forward` is lost with 2+ devices; in-place buffer updates by replica 0 persist.
+# - BatchNorm: per-chunk batch statistics, running statistics from chunk 0 only.
+# - Replication happens on every forward.
+#
+# ## Exercises
+# 1. Fix `Counter` so that the count survives DataParallel on 2 devices (hint: a buffer, updated in place).
+# 2. How many bytes does replicating the course model onto 4 devices copy? Check with a trace.
+
+# %%
+class Counter(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("calls", torch.zeros((), dtype=torch.long))
+
+    def forward(self, x):
+        self.calls += 1  # in place on a buffer: replica 0 shares it with the original
+        return x
+
+
+counter = Counter()
+dpcourse.DataParallel(counter, devices=dpcourse.devices(2))(torch.zeros(4, 1))
+assert counter.calls.item() == 1
+print("exercise 1: the buffer counted", counter.calls.item(), "call")
+
+# %%
+model = examples.make_model()
+parameter_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+with dpcourse.trace() as t:
+    dpcourse.replicate(model, dpcourse.devices(4))
+assert t.steps("replicate")[0].bytes_copied == 3 * parameter_bytes  # replica 0 copies nothing
+print("exercise 2:", t.steps("replicate")[0].bytes_copied, "bytes = 3 copies of", parameter_bytes)

@@ -1,0 +1,38 @@
+"""Quizzes: predict what DataParallel does, commit to an answer, then run the experiment that shows it.
+
+    from dpcourse.quiz import ask, ask_lesson
+    ask("02-ten-rows-four-devices")      # one question
+    ask_lesson("02_scatter")             # all of a lesson's questions
+
+The questions are data, ``dpcourse/quizzes/<lesson>.toml`` (format: ``dpcourse.quiz.schema``). Each
+names an experiment (``experiments*.py``) that runs dpcourse and measures the answer. Answers are saved
+to a progress file only when the learner submits one (``dpcourse.quiz.progress``);
+``ProgressSummary()`` shows the counts per lesson and ``export_csv(path)`` writes them for an instructor.
+"""
+
+from . import experiments, experiments_outputs, experiments_review, experiments_training  # noqa: F401 (registers them)
+from .bank import LESSONS, all_questions, find_question, load_lesson
+from .outcome import EXPERIMENTS, Outcome, run_experiment
+from .progress import Progress
+from .report import ProgressSummary, export_csv
+from .schema import Question, QuizFormatError, parse_file
+from .widget import QuizWidget, ask, ask_lesson
+
+__all__ = [
+    "EXPERIMENTS",
+    "LESSONS",
+    "Outcome",
+    "Progress",
+    "ProgressSummary",
+    "Question",
+    "QuizFormatError",
+    "QuizWidget",
+    "all_questions",
+    "ask",
+    "ask_lesson",
+    "export_csv",
+    "find_question",
+    "load_lesson",
+    "parse_file",
+    "run_experiment",
+]

@@ -1,0 +1,50 @@
+"""The question bank: the lesson files in ``dpcourse/quizzes/``, loaded and checked with ``schema.parse_file``."""
+
+from importlib import resources
+from pathlib import Path
+
+from .schema import Question, parse_file
+
+# One file per notebook, in course order; the notebooks load their quiz by these names.
+LESSONS = (
+    "00_start_here",
+    "01_one_device",
+    "02_scatter",
+    "03_replicate",
+    "04_parallel_apply",
+    "05_gather",
+    "06_backward",
+    "07_end_to_end",
+    "08_myths",
+    "09_performance",
+    "10_ddp_bridge",
+    "11_review",
+)
+
+
+def lesson_file(lesson: str) -> Path:
+    """The TOML file of ``lesson`` (one of ``LESSONS``), shipped inside the package."""
+    if lesson not in LESSONS:
+        raise ValueError(f"Unknown lesson {lesson!r}. The lessons are: {', '.join(LESSONS)}.")
+    return Path(str(resources.files("dpcourse") / "quizzes" / f"{lesson}.toml"))
+
+
+def load_lesson(lesson: str) -> list[Question]:
+    """The questions of ``lesson`` (e.g. ``"02_scatter"``), in file order, checked against the schema."""
+    return parse_file(lesson_file(lesson))
+
+
+def all_questions() -> list[Question]:
+    """Every question of every lesson, in course order.
+
+    Ids are unique across the course: each file's ids are unique and start with its lesson number.
+    """
+    return [question for lesson in LESSONS for question in load_lesson(lesson)]
+
+
+def find_question(question_id: str) -> Question:
+    """The question with id ``question_id``, from any lesson."""
+    for question in all_questions():
+        if question.id == question_id:
+            return question
+    raise KeyError(f"No question with id {question_id!r}. Ids start with their lesson number, e.g. '02-...'.")

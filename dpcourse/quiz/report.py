@@ -1,0 +1,97 @@
+"""Summaries of the progress file: per-lesson counts (and a widget showing them), and a CSV for instructors."""
+
+import csv
+import dataclasses
+import html
+from pathlib import Path
+
+import ipywidgets as widgets
+
+from .bank import LESSONS, all_questions
+from .progress import Progress, Snapshot
+from .schema import Question
+
+CSV_COLUMNS = ("lesson", "id", "attempts", "first_correct", "last_answer", "last_time")
+
+
+@dataclasses.dataclass(frozen=True)
+class LessonCounts:
+    """One lesson: questions ``answered`` at least once, ``correct`` (the latest answer is right), ``total``."""
+
+    answered: int
+    correct: int
+    total: int
+
+
+def lesson_counts(snapshot: Snapshot, questions: list[Question]) -> dict[str, LessonCounts]:
+    """Counts per lesson, in course order, for the lessons that have questions."""
+    counts = {}
+    for lesson in LESSONS:
+        attempts = [snapshot.questions.get(q.id, {}).get("attempts", []) for q in questions if q.lesson == lesson]
+        if attempts:
+            counts[lesson] = LessonCounts(
+                answered=sum(1 for a in attempts if a),
+                correct=sum(1 for a in attempts if a and a[-1]["correct"]),
+                total=len(attempts),
+            )
+    return counts
+
+
+def export_csv(path: str | Path, progress: Progress | None = None) -> Path:
+    """Write one CSV row per question: ``lesson, id, attempts, first_correct, last_answer, last_time``.
+
+    Every question of the course is listed (unanswered ones with 0 attempts and empty cells), then any
+    answered question the bank no longer has. ``first_correct`` is ``true``/``false``: whether the first
+    attempt was right, the best sign of what the learner knew before the explanation. Raises
+    ``ValueError`` if the progress file cannot be read (the file is left as it is).
+    """
+    snapshot = (progress or Progress()).read()
+    if snapshot.problem:
+        raise ValueError(f"Cannot export: {snapshot.problem}.")
+    rows = [(q.lesson, q.id) for q in all_questions()]
+    known = {question_id for _, question_id in rows}
+    rows += sorted((entry["lesson"], qid) for qid, entry in snapshot.questions.items() if qid not in known)
+    path = Path(path)
+    with path.open("w", newline="", encoding="utf-8") as file:
+        writer = csv.writer(file)
+        writer.writerow(CSV_COLUMNS)
+        for lesson, question_id in rows:
+            attempts = snapshot.questions.get(question_id, {}).get("attempts", [])
+            first, last = (attempts[0], attempts[-1]) if attempts else ({}, {})
+            first_correct = str(first["correct"]).lower() if attempts else ""
+            writer.writerow(
+                [lesson, question_id, len(attempts), first_correct, last.get("answer", ""), last.get("time", "")]
+            )
+    return path
+
+
+class ProgressSummary(widgets.VBox):
+    """A table of answered / correct / total per lesson, with a Refresh button. Reads the file; never writes."""
+
+    def __init__(self, progress: Progress | None = None) -> None:
+        self.progress = progress or Progress()
+        self.table = widgets.HTML()
+        self.note = widgets.HTML()
+        self.refresh_button = widgets.Button(description="Refresh", icon="refresh")
+        self.refresh_button.on_click(lambda _: self.refresh())
+        self.counts: dict[str, LessonCounts] = {}
+        super().__init__([self.table, self.note, self.refresh_button])
+        self.refresh()
+
+    def refresh(self) -> None:
+        """Read the progress file again and redraw the table."""
+        snapshot = self.progress.read()
+        self.counts = lesson_counts(snapshot, all_questions())
+        rows = "".join(
+            f"<tr><td>{lesson}</td><td>{c.answered}</td><td>{c.correct}</td><td>{c.total}</td></tr>"
+            for lesson, c in self.counts.items()
+        )
+        self.table.value = (
+            "<table><tr><th>lesson</th><th>answered</th><th>correct</th><th>total</th></tr>" + rows + "</table>"
+        )
+        self.note.value = (
+            f"<b>Your progress file could not be read:</b> {html.escape(snapshot.problem)}. It will be kept as "
+            f"a <code>.corrupt-…</code> copy beside it when you next submit an answer."
+            if snapshot.problem
+            else ""
+        )

@@ -1,0 +1,187 @@
+"""The quiz widget: predict, commit, then see why and watch it happen.
+
+The explanation and the "Run the experiment" button stay hidden until the learner submits an answer:
+committing to a prediction first is what makes the explanation stick. Everything the widget shows is
+held in ``HTML`` and ``Image`` values (never an ``Output`` widget, which captures nothing without a
+kernel), so tests can click the public controls in plain pytest and read what a learner would see.
+"""
+
+import functools
+import html
+import io
+import re
+from collections.abc import Callable
+
+import ipywidgets as widgets
+from matplotlib.figure import Figure
+
+from .bank import find_question, load_lesson
+from .outcome import Outcome, run_experiment
+from .progress import Progress
+from .schema import Question
+
+PLACEHOLDERS = {"number": "a number, e.g. 3 or 0.25", "shape": "a shape, e.g. (4,) or [2, 3]"}
+_ISSUE = re.compile(r"^([\w.-]+/[\w.-]+)#(\d+)$")
+
+
+def markup(text: str) -> str:
+    """Question text to HTML: blank lines separate paragraphs, `backticks` mark code, *stars* emphasis."""
+    return "".join(f"<p>{_inline(paragraph.strip())}</p>" for paragraph in text.strip().split("\n\n"))
+
+
+def _inline(text: str) -> str:
+    # re.split with a group keeps the code spans, at odd positions: stars inside code stay stars.
+    pieces = re.split(r"`([^`]+)`", text)
+    return "".join(
+        f"<code>{html.escape(piece, quote=False)}</code>"
+        if position % 2
+        else re.sub(r"\*([^*\s][^*]*)\*", r"<em>\1</em>", html.escape(piece, quote=False))
+        for position, piece in enumerate(pieces)
+    )
+
+
+def _source_html(source: str) -> str:
+    issue = _ISSUE.match(source)
+    if issue:
+        return f'<a href="https://github.com/{issue[1]}/issues/{issue[2]}" target="_blank">{source}</a>'
+    if source.startswith("https://"):
+        return f'<a href="{html.escape(source)}" target="_blank">{html.escape(source)}</a>'
+    return f"<code>{html.escape(source)}</code>"
+
+
+def png_bytes(figure: Figure) -> bytes:
+    """Render ``figure`` to PNG bytes, for an ``ipywidgets.Image``."""
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", dpi=100, bbox_inches="tight")
+    return buffer.getvalue()
+
+
+def _reporting_errors(handler: Callable[["QuizWidget"], None]) -> Callable[["QuizWidget", object], None]:
+    """Wrap a button handler so an exception is shown in the widget's feedback instead of vanishing.
+
+    Without a kernel's log, an exception in an ipywidgets callback is only printed to the kernel's
+    stderr, which a notebook does not show: the button would just seem to do nothing.
+    """
+
+    @functools.wraps(handler)
+    def run(self: "QuizWidget", _button: object = None) -> None:
+        try:
+            handler(self)
+        except Exception as error:
+            self.feedback.value += (
+                f'<p style="color:#b2182b"><b>Something went wrong:</b> '
+                f"{html.escape(type(error).__name__)}: {html.escape(str(error))}</p>"
+            )
+
+    return run
+
+
+def _show(widget: widgets.DOMWidget, visible: bool) -> None:
+    widget.layout.display = None if visible else "none"
+
+
+class QuizWidget(widgets.VBox):
+    """One question. Public controls: ``choice`` (choice questions) or ``answer_box`` (number and shape),
+    ``submit_button``, ``feedback``, ``explanation``, ``experiment_button``, ``result`` and ``figure``.
+    """
+
+    def __init__(self, question: Question, progress: Progress | None = None) -> None:
+        self.question = question
+        self.progress = progress or Progress()
+        self.submitted = False
+        self.outcome: Outcome | None = None  # the last experiment's result, data included
+        self.prompt = widgets.HTML(markup(question.prompt))
+        self.choice = (
+            widgets.RadioButtons(options=question.options, value=None, layout=widgets.Layout(width="auto"))
+            if question.kind == "choice"
+            else None
+        )
+        self.answer_box = widgets.Text(placeholder=PLACEHOLDERS[question.kind]) if self.choice is None else None
+        self.submit_button = widgets.Button(description="Check my answer", button_style="primary")
+        self.feedback = widgets.HTML()
+        self.explanation = widgets.HTML()
+        self.experiment_button = widgets.Button(description="Run the experiment", icon="flask")
+        self.result = widgets.HTML()
+        self.figure = widgets.Image(format="png")
+        for hidden in (self.explanation, self.experiment_button, self.figure):
+            _show(hidden, False)
+        self.submit_button.on_click(self.check)
+        self.experiment_button.on_click(self.experiment)
+        header = widgets.HTML(f"<b>Question {question.id}</b>")
+        super().__init__(
+            [
+                header,
+                self.prompt,
+                self.choice if self.choice is not None else self.answer_box,
+                self.submit_button,
+                self.feedback,
+                self.explanation,
+                self.experiment_button,
+                self.result,
+                self.figure,
+            ]
+        )
+
+    @property
+    def response(self) -> str:
+        """The learner's current answer, as text ('' when none)."""
+        value = self.choice.value if self.choice is not None else self.answer_box.value
+        return "" if value is None else value.strip()
+
+    @_reporting_errors
+    def check(self) -> None:
+        """Judge the answer, reveal the explanation and the experiment, and record the attempt."""
+        if not self.response:
+            verb = "Choose" if self.choice is not None else "Type"
+            self.feedback.value = f"<p>{verb} an answer first, then check it.</p>"
+            return
+        try:
+            correct = self.question.accepts(self.response)
+        except ValueError as unreadable:
+            self.feedback.value = f"<p>{html.escape(str(unreadable))}</p>"
+            return
+        self.submitted = True
+        answer = html.escape(self.question.answer_text)
+        verdict = (
+            '<b style="color:#1a9850">✔ Right.</b>'
+            if correct
+            else f'<b style="color:#b2182b">✘ Not quite.</b> The answer is <b>{answer}</b>.'
+        )
+        self.feedback.value = f"<p>{verdict}</p>"
+        sources = " · ".join(map(_source_html, self.question.sources))
+        self.explanation.value = markup(self.question.explanation) + f"<p><small>Sources: {sources}</small></p>"
+        _show(self.explanation, True)
+        _show(self.experiment_button, True)
+        recorded = self.progress.record(self.question, self.response, correct)
+        if recorded.set_aside:
+            self.feedback.value += (
+                f"<p><b>Note:</b> {html.escape(recorded.problem)}. It was kept as "
+                f"<code>{html.escape(str(recorded.set_aside))}</code> and a new progress file was started.</p>"
+            )
+
+    @_reporting_errors
+    def experiment(self) -> None:
+        """Run the question's experiment and show its text and figure (only after an answer was submitted)."""
+        if not self.submitted:
+            self.feedback.value = "<p>Commit to an answer first; the experiment gives it away.</p>"
+            return
+        self.outcome = run_experiment(self.question.experiment)
+        self.result.value = f"<pre>{html.escape(self.outcome.text)}</pre>"
+        if self.outcome.figure is not None:
+            self.figure.value = png_bytes(self.outcome.figure)
+        _show(self.figure, self.outcome.figure is not None)
+
+
+def ask(question: str | Question, progress: Progress | None = None) -> QuizWidget:
+    """A quiz widget for ``question`` (a ``Question`` or its id, e.g. ``"02-ten-rows-four-devices"``).
+
+    ``progress`` defaults to ``Progress()``: the file named by ``$DPCOURSE_PROGRESS`` or
+    ``~/.dpcourse/progress.json``, written only when an answer is submitted.
+    """
+    return QuizWidget(find_question(question) if isinstance(question, str) else question, progress)
+
+
+def ask_lesson(lesson: str, progress: Progress | None = None) -> widgets.VBox:
+    """All of ``lesson``'s questions (e.g. ``"02_scatter"``) in one column, sharing one progress file."""
+    progress = progress or Progress()
+    return widgets.VBox([QuizWidget(question, progress) for question in load_lesson(lesson)])

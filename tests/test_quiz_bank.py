@@ -1,0 +1,62 @@
+"""The question bank as a whole: one file per lesson, enough questions in each, every experiment used, fast and
+repeatable, and no import of torch's own parallel package anywhere in the quiz code or data."""
+
+import collections
+import inspect
+import time
+from importlib import resources
+from pathlib import Path
+
+import pytest
+
+from dpcourse.quiz import EXPERIMENTS, LESSONS, all_questions, load_lesson
+
+QUESTIONS = all_questions()
+QUIZ_CODE = Path(str(resources.files("dpcourse"))) / "quiz"
+QUIZ_DATA = Path(str(resources.files("dpcourse"))) / "quizzes"
+
+
+def test_there_is_one_file_per_lesson_and_no_other():
+    assert sorted(p.stem for p in QUIZ_DATA.glob("*.toml")) == sorted(LESSONS)
+    with pytest.raises(ValueError, match="Unknown lesson '12_extra'. The lessons are: 00_start_here"):
+        load_lesson("12_extra")
+
+
+def test_every_lesson_has_its_share_of_questions():
+    per_lesson = collections.Counter(q.lesson for q in QUESTIONS)
+    assert len(QUESTIONS) >= 25
+    for lesson in LESSONS:
+        low, high = (1, 2) if lesson in ("00_start_here", "01_one_device", "10_ddp_bridge") else (2, 99)
+        assert low <= per_lesson[lesson] <= high, f"{lesson} has {per_lesson[lesson]} questions"
+
+
+def test_every_kind_is_used_and_ids_are_unique_across_the_course():
+    assert {q.kind for q in QUESTIONS} == {"choice", "number", "shape"}
+    assert len({q.id for q in QUESTIONS}) == len(QUESTIONS)
+
+
+def test_every_experiment_is_used_by_a_question_and_documented():
+    assert {q.experiment for q in QUESTIONS} == set(EXPERIMENTS)
+    for name, function in EXPERIMENTS.items():
+        assert inspect.getdoc(function), f"experiment {name} needs a docstring"
+
+
+def test_the_quiz_never_names_torchs_parallel_package():
+    # Experiments reach torch's wrapper as torch.nn.DataParallel only; the package itself is never imported.
+    forbidden = "nn." + "parallel"
+    for path in [*QUIZ_CODE.glob("*.py"), *QUIZ_DATA.glob("*.toml")]:
+        assert forbidden not in path.read_text(encoding="utf-8"), f"{path.name} mentions {forbidden}"
+
+
+def test_experiments_are_fast_and_repeatable():
+    # The faster of two runs: the first may pay a one-time warm-up, and a busy CI machine may hiccup once.
+    slow = {}
+    for name, experiment in EXPERIMENTS.items():
+        runs = []
+        for _ in range(2):
+            start = time.perf_counter()
+            runs.append((experiment().value, time.perf_counter() - start))
+        assert runs[0][0] == runs[1][0], f"{name} is not deterministic: {runs}"
+        if min(seconds for _, seconds in runs) > 0.3:
+            slow[name] = round(min(seconds for _, seconds in runs), 3)
+    assert not slow, f"experiments slower than 0.3 s: {slow}"

@@ -1,0 +1,127 @@
+"""Every question of the course, driven through its widget in plain pytest: answer wrong, answer right, run the
+experiment, and check that the experiment's measurement agrees with the answer and that progress was saved."""
+
+import pytest
+
+from dpcourse.quiz import EXPERIMENTS, Outcome, Progress, Question, all_questions, ask, ask_lesson
+from dpcourse.quiz.widget import markup
+
+QUESTIONS = all_questions()
+
+
+def wrong_answer(question: Question) -> str:
+    if question.kind == "choice":
+        return next(option for option in question.options if option != question.answer)
+    if question.kind == "number":
+        return str(question.answer + 1)
+    return str(list(question.answer) + [1])
+
+
+def right_answer(question: Question) -> str:
+    """The answer spelled as a learner might, not as the file does."""
+    if question.kind == "choice":
+        return question.answer
+    if question.kind == "number":
+        return f" {question.answer:g} "
+    return f"torch.Size({list(question.answer)})"
+
+
+def give(widget, answer: str) -> None:
+    if widget.question.kind == "choice":
+        widget.choice.value = answer
+    else:
+        widget.answer_box.value = answer
+    widget.submit_button.click()
+
+
+def hidden(widget) -> bool:
+    return widget.layout.display == "none"
+
+
+@pytest.mark.parametrize("question", QUESTIONS, ids=[q.id for q in QUESTIONS])
+def test_question_end_to_end(tmp_path, question):
+    progress_file = tmp_path / "progress.json"
+    quiz = ask(question.id, Progress(progress_file))
+    assert quiz.explanation.value == "" and hidden(quiz.explanation) and hidden(quiz.experiment_button)
+
+    quiz.experiment_button.click()  # not before an answer: the experiment gives it away
+    assert quiz.result.value == "" and "Commit to an answer first" in quiz.feedback.value
+
+    give(quiz, wrong_answer(question))
+    assert "Not quite" in quiz.feedback.value
+    assert not hidden(quiz.explanation) and quiz.explanation.value.startswith(markup(question.explanation))
+    assert "Sources:" in quiz.explanation.value and not hidden(quiz.experiment_button)
+
+    give(quiz, right_answer(question))
+    assert "Right" in quiz.feedback.value and "Not quite" not in quiz.feedback.value
+
+    attempts = Progress(progress_file).read().questions[question.id]["attempts"]
+    assert [(a["answer"], a["correct"]) for a in attempts] == [
+        (wrong_answer(question), False),
+        (right_answer(question).strip(), True),
+    ]
+
+    quiz.experiment_button.click()
+    assert "Something went wrong" not in quiz.feedback.value
+    assert quiz.result.value.startswith("<pre>") and len(quiz.result.value) > 20
+    assert question.accepts(quiz.outcome.value), f"{question.experiment} measured {quiz.outcome.value!r}"
+    if quiz.outcome.figure is None:
+        assert hidden(quiz.figure)
+    else:
+        assert bytes(quiz.figure.value).startswith(b"\x89PNG") and not hidden(quiz.figure)
+
+
+def test_a_choice_question_needs_a_choice_and_a_typed_answer_must_parse(tmp_path):
+    progress_file = tmp_path / "progress.json"
+    choice = ask("02-ten-rows-four-devices", Progress(progress_file))
+    choice.submit_button.click()
+    assert "Choose an answer first" in choice.feedback.value and hidden(choice.explanation)
+
+    number = ask("02-six-rows-four-devices", Progress(progress_file))
+    number.answer_box.value = "three"
+    number.submit_button.click()
+    assert "not a number" in number.feedback.value and hidden(number.explanation)
+
+    shape = ask("05-scalar-loss-shape", Progress(progress_file))
+    shape.answer_box.value = "a vector"
+    shape.submit_button.click()
+    assert "is not a shape" in shape.feedback.value
+    assert not progress_file.exists(), "an unreadable answer is not an attempt"
+
+
+def test_an_error_in_the_experiment_is_shown_in_the_feedback(tmp_path, monkeypatch):
+    def broken() -> Outcome:
+        raise RuntimeError("the experiment broke")
+
+    quiz = ask("03-counter-lost", Progress(tmp_path / "progress.json"))
+    monkeypatch.setitem(EXPERIMENTS, quiz.question.experiment, broken)
+    give(quiz, "0")
+    quiz.experiment_button.click()
+    assert "Right" in quiz.feedback.value
+    assert "Something went wrong" in quiz.feedback.value and "RuntimeError: the experiment broke" in quiz.feedback.value
+
+
+def test_a_progress_file_that_cannot_be_written_is_reported_after_the_verdict(tmp_path):
+    blocker = tmp_path / "not-a-directory"
+    blocker.write_text("")
+    quiz = ask("03-counter-lost", Progress(blocker / "progress.json"))
+    give(quiz, "0")
+    assert "Right" in quiz.feedback.value and "Something went wrong" in quiz.feedback.value
+    assert not hidden(quiz.explanation)
+
+
+def test_ask_accepts_a_question_object_and_ask_lesson_shows_the_lesson_in_order(tmp_path):
+    progress = Progress(tmp_path / "progress.json")
+    lesson = ask_lesson("02_scatter", progress)
+    ids = [quiz.question.id for quiz in lesson.children]
+    assert ids == [q.id for q in QUESTIONS if q.lesson == "02_scatter"]
+    assert all(quiz.progress is progress for quiz in lesson.children)
+    assert ask(QUESTIONS[0], progress).question is QUESTIONS[0]
+    with pytest.raises(KeyError, match="No question with id 'nope'"):
+        ask("nope")
+
+
+def test_markup_escapes_html_and_keeps_stars_inside_code():
+    assert markup("a < b, *this*\n`f(*args)`\n\nnext") == (
+        "<p>a &lt; b, <em>this</em>\n<code>f(*args)</code></p><p>next</p>"
+    )

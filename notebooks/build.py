@@ -16,7 +16,8 @@ Each source is a Python file in "percent" format (the format jupytext and VS Cod
     timings()
 
 A markdown cell's lines drop their leading "# ". Tags go to the cell's metadata, where nbval reads
-"nbval-ignore-output". Cells that open with a level-1 or level-2 heading start a new slide.
+"nbval-ignore-output"; a code cell tagged "solution" is shown collapsed (an exercise's answer, one click
+away). Cells that open with a level-1 or level-2 heading start a new slide.
 The notebook is then run top to bottom in a fresh kernel and saved with its outputs, which is what
 nbval compares against (tests/nbval_sanitize.cfg masks what legitimately changes between runs).
 """
@@ -52,6 +53,8 @@ def parse_cells(source: str) -> list[nbformat.NotebookNode]:
             cells.append(nbformat.v4.new_markdown_cell(text, metadata=metadata))
         else:
             metadata["slideshow"] = {"slide_type": "-"}
+            if "solution" in metadata.get("tags", []):
+                metadata["jupyter"] = {"source_hidden": True}
             cells.append(nbformat.v4.new_code_cell(body, metadata=metadata))
     return cells
 

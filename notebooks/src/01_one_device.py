@@ -11,7 +11,7 @@
 import torch
 
 import dpcourse
-from dpcourse import examples
+from dpcourse import examples, quiz
 
 torch.manual_seed(0)
 
@@ -79,7 +79,7 @@ print("torch's device_ids without a GPU:", torch_dp.device_ids if not torch.cuda
 # Answer before you look: the quiz hides its explanation until you commit to an answer.
 
 # %%
-dpcourse.quiz.ask_lesson("01_one_device")
+quiz.ask_lesson("01_one_device")
 
 # %% [markdown]
 # ## Summary
@@ -90,11 +90,11 @@ dpcourse.quiz.ask_lesson("01_one_device")
 #
 # ## Exercises
 # 1. Change the batch to 7 samples and 2 devices. Does the parallel gradient still match the oracle?
-#    (Run the cell below; it checks itself.)
+#    (The solution cells are collapsed: try first, then run the checks.)
 # 2. Train both models for 5 steps with `examples.train` and compare the weights with
 #    `examples.max_weight_difference`.
 
-# %%
+# %% tags=["solution"]
 def exercise_1(batch=7, n=2):
     model = examples.make_model()
     oracle = examples.twin(model)
@@ -104,13 +104,16 @@ def exercise_1(batch=7, n=2):
     return examples.max_grad_difference(model, oracle)
 
 
+# %%
 assert exercise_1() < 1e-6, "the parallel gradient should equal the oracle's"
 print("exercise 1: matches the oracle")
 
-# %%
+# %% tags=["solution"]
 model = examples.make_model()
 oracle = examples.twin(model)
 examples.train(dpcourse.DataParallel(model, devices=dpcourse.devices(2)), steps=5)
 examples.train(oracle, steps=5)
+
+# %%
 assert examples.max_weight_difference(model, oracle) < 1e-5
 print("exercise 2: after 5 steps the weights match")

@@ -14,7 +14,7 @@
 import torch
 
 import dpcourse
-from dpcourse import examples, viz
+from dpcourse import examples, quiz, viz
 
 devices = dpcourse.devices(4)
 x, y = examples.make_batch(10)
@@ -25,7 +25,7 @@ x, y = examples.make_batch(10)
 # `ceil(B / n)` rows, and whatever is left for the last one. Predict first:
 
 # %%
-dpcourse.quiz.ask("02-chunk-sizes")
+quiz.ask("02-ten-rows-four-devices")
 
 # %%
 chunks = dpcourse.scatter(x, devices)
@@ -45,7 +45,7 @@ print("chunk 0 shares the input's memory:", chunks[0].data_ptr() == x.data_ptr()
 # `ceil(B / n)`-sized chunks can run out before the devices do — not only when B < n.
 
 # %%
-dpcourse.quiz.ask("02-fewer-chunks")
+quiz.ask("02-six-rows-four-devices")
 
 # %%
 for batch in (10, 9, 6, 5, 3):
@@ -82,13 +82,26 @@ print(len(per_device), "entries:", [[list(t.shape) for t in entry] for entry in 
 
 # %% [markdown]
 # ## Non-tensors are shared by reference
-# Anything that is not a tensor or one of those containers (numbers, strings, `None`, dataclasses, your own
-# objects) is handed to every replica **as the same object**. A tensor inside a dataclass is not split.
+# Anything that is not a tensor or one of those containers (numbers, strings, `None`, sets, dataclasses, your
+# own objects) is handed to every replica **as the same object**. A tensor inside a dataclass is not split.
+# A list, on the other hand, is a container: each device gets a *new* list holding the same elements.
 
 # %%
-options = ["shared", "list"]
-per_device = dpcourse.scatter(((x, options, 3.0),), devices)
-print("same list object on every device:", all(entry[0][1] is options for entry in per_device))
+import dataclasses
+
+
+@dataclasses.dataclass
+class Settings:
+    temperature: float
+    weights: torch.Tensor
+
+
+settings, tags = Settings(0.5, torch.ones(10)), ["cat", "dog"]
+per_device = dpcourse.scatter((x, settings, tags), devices)
+print("the same Settings object on every device:", all(entry[1] is settings for entry in per_device))
+print("its tensor was not split:", [list(entry[1].weights.shape) for entry in per_device])
+print("a new list per device:", [entry[2] is tags for entry in per_device], "| same strings:",
+      all(entry[2][0] is tags[0] for entry in per_device))
 
 # %% [markdown]
 # ## Keyword arguments and padding
@@ -96,7 +109,7 @@ print("same list object on every device:", all(entry[0][1] is options for entry 
 # `()` or `{}`. A replica that gets the padding is called **without** those arguments:
 
 # %%
-dpcourse.quiz.ask("02-kwargs-padding")
+quiz.ask("02-keyword-missing-argument")
 
 # %%
 inputs, kwargs = dpcourse.scatter_kwargs((torch.zeros(8, 2),), {"mask": torch.zeros(2, 2)}, devices)
@@ -137,21 +150,24 @@ print("d/dx, first column:", x_leaf.grad[:, 0].tolist())
 # - In backward the chunks' gradients are concatenated back onto the input's device.
 #
 # ## Exercises
-# 1. For which batch sizes from 1 to 16 do all 4 devices get a chunk? Complete `all_devices_busy` so the
-#    check passes.
+# 1. For which batch sizes from 1 to 16 do all 4 devices get a chunk? Write `all_devices_busy(batch, n)`
+#    (the solution cell below is collapsed: try first), then run the check.
 # 2. Scatter a dict `{"x": x, "lengths": torch.arange(10)}` over 3 devices and check that every entry keeps
 #    the dict's keys.
 
-# %%
+# %% tags=["solution"]
 def all_devices_busy(batch, n=4):
     return len(dpcourse.scatter(torch.zeros(batch), dpcourse.devices(n))) == n
 
 
+# %%
 busy = [b for b in range(1, 17) if all_devices_busy(b)]
 assert busy == [4, 7, 8, 10, 11, 12, 13, 14, 15, 16], busy
 print("exercise 1: all 4 devices work for batch sizes", busy)
 
-# %%
+# %% tags=["solution"]
 entries = dpcourse.scatter({"x": x, "lengths": torch.arange(10)}, dpcourse.devices(3))
+
+# %%
 assert all(set(entry) == {"x", "lengths"} for entry in entries)
 print("exercise 2:", [{k: list(v.shape) for k, v in entry.items()} for entry in entries])

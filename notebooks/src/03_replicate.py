@@ -13,7 +13,7 @@
 import torch
 
 import dpcourse
-from dpcourse import examples, viz
+from dpcourse import examples, quiz, viz
 
 devices = dpcourse.devices(3)
 
@@ -36,7 +36,7 @@ viz.replicate_map(model, devices)
 # are stored as plain attributes and **`replica.parameters()` is empty**. Predict:
 
 # %%
-dpcourse.quiz.ask("03-parameters-empty")
+quiz.ask("03-parameters-empty")
 
 # %%
 r1 = replicas[1]
@@ -53,6 +53,9 @@ print("replica.fc.weight is a leaf:", r1.fc.weight.is_leaf, "| grad_fn:", type(r
 # The copy for `devices[0]` is not a copy at all: `broadcast_coalesced` returns the input tensors as-is for
 # the first device (`torch/csrc/cuda/comm.cpp`). Replica 0's weight is a view of your model's weight, and its
 # buffers are your model's buffers. Every other replica holds fresh copies.
+
+# %%
+quiz.ask("03-replica-zero-shares")
 
 # %%
 def same_memory(a, b):
@@ -72,7 +75,7 @@ for i, replica in enumerate(replicas):
 # shared object (`self.seen.append(...)`) changes the one object everybody holds.
 
 # %%
-dpcourse.quiz.ask("03-counter-lost")
+quiz.ask("03-counter-lost")
 
 # %%
 model = examples.CountingNet()
@@ -87,6 +90,8 @@ print("with 1 device:  calls =", model.calls, "| seen =", model.seen)
 # update it in place (`self.calls_buffer += 1` on a registered buffer), which works through replica 0's
 # aliasing (pytorch/pytorch#2864), or count outside the model.
 #
+# A shared *mutable* object is the opposite trap: every replica appends to the one list, from its own thread.
+#
 # Plain **tensor** attributes (not registered as buffers) are not copied either: every replica points at the
 # original tensor on the original device. On real GPUs that is a device-mismatch error in replica 1; CPU
 # devices cannot show it, because all CPU memory is one device.
@@ -96,9 +101,6 @@ print("with 1 device:  calls =", model.calls, "| seen =", model.seen)
 # Two consequences for BatchNorm in training mode: each replica normalises with the statistics of **its own
 # chunk**, and only replica 0's update of `running_mean`/`running_var` reaches your model (it works on your
 # model's own buffers; the other replicas update copies that are thrown away).
-
-# %%
-dpcourse.quiz.ask("03-batchnorm-running-stats")
 
 # %%
 model = examples.make_model(batchnorm=True)
@@ -145,7 +147,7 @@ print("bytes copied per replicate:", t.steps("replicate")[0].bytes_copied)
 # 1. Fix `Counter` so that the count survives DataParallel on 2 devices (hint: a buffer, updated in place).
 # 2. How many bytes does replicating the course model onto 4 devices copy? Check with a trace.
 
-# %%
+# %% tags=["solution"]
 class Counter(torch.nn.Module):
     def __init__(self):
         super().__init__()
@@ -156,15 +158,18 @@ class Counter(torch.nn.Module):
         return x
 
 
+# %%
 counter = Counter()
 dpcourse.DataParallel(counter, devices=dpcourse.devices(2))(torch.zeros(4, 1))
 assert counter.calls.item() == 1
 print("exercise 1: the buffer counted", counter.calls.item(), "call")
 
-# %%
+# %% tags=["solution"]
 model = examples.make_model()
 parameter_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
 with dpcourse.trace() as t:
     dpcourse.replicate(model, dpcourse.devices(4))
+
+# %%
 assert t.steps("replicate")[0].bytes_copied == 3 * parameter_bytes  # replica 0 copies nothing
 print("exercise 2:", t.steps("replicate")[0].bytes_copied, "bytes = 3 copies of", parameter_bytes)

@@ -6,6 +6,7 @@ from torch import nn
 
 import dpcourse
 from dpcourse.comm import BUCKET_BYTES, buckets
+from dpcourse.replicate import tensor_at
 
 
 class Counting(nn.Module):
@@ -129,3 +130,10 @@ def test_parameters_not_on_devices0_are_refused():
     net = nn.Linear(2, 2, device="meta")
     with pytest.raises(RuntimeError, match=r"must be on devices\[0\] = cpu, but one is on meta"):
         dpcourse.replicate(net, dpcourse.devices(2))
+
+
+def test_tensor_at_reads_parameter_copies_on_replicas():
+    net = Counting()
+    replica = dpcourse.replicate(net, dpcourse.devices(2))[1]
+    assert tensor_at(net, "fc.weight") is net.fc.weight
+    assert tensor_at(replica, "fc.weight") is replica.fc.weight and tensor_at(replica, "bn.running_mean") is not None

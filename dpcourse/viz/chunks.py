@@ -71,7 +71,7 @@ def chunk_split(
     fig = new_figure(height=1.6 + 0.45 * (len(tensors) + n_devices))
     top, bottom = fig.subplots(2, 1, height_ratios=[len(tensors) + 0.6, n_devices])
     dropped = _draw_rows(top, tensors, received, size)
-    _draw_devices(bottom, devices, received)
+    _draw_devices(bottom, devices, received, dim % rank)
     along = "rows" if dim == 0 else f"slices along dim {dim}"
     idle = n_devices - len(inputs)
     note = f" ({idle} idle)" if idle else ""
@@ -106,8 +106,9 @@ def _draw_rows(ax: Axes, tensors: dict[str, torch.Tensor], received: dict[str, l
     return dropped
 
 
-def _draw_devices(ax: Axes, devices: list[torch.device], received: dict[str, list]) -> None:
+def _draw_devices(ax: Axes, devices: list[torch.device], received: dict[str, list], dim: int) -> None:
     """One line per device, one column per argument: the rows each replica gets, padding, or idle."""
+    unit = "row" if dim == 0 else "slice"
     grid_axes(ax, len(received), len(devices))
     for col, (name, rows_per_replica) in enumerate(received.items()):
         for i in range(len(devices)):
@@ -117,7 +118,8 @@ def _draw_devices(ax: Axes, devices: list[torch.device], received: dict[str, lis
                 cell(ax, col, i, f"no {name}: padded, called without it", "white", gid="padded", **DROPPED)
             else:
                 got = rows_per_replica[i]
-                text = f"{name}[{got[0]}:{got[-1] + 1}]  ({plural(len(got), 'row')})"
+                index = ", ".join([":"] * dim + [f"{got[0]}:{got[-1] + 1}"])
+                text = f"{name}[{index}]  ({plural(len(got), unit)})"
                 cell(ax, col, i, text, device_color(i), gid="chunk")
     ax.set_xticks([c + 0.5 for c in range(len(received))], list(received))
     ax.xaxis.set_ticks_position("top")

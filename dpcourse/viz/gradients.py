@@ -15,16 +15,11 @@ from torch import nn
 import dpcourse
 from dpcourse import examples
 from dpcourse._functions import SCALAR_GATHER_WARNING
+from dpcourse.replicate import tensor_at
 
 from .palette import COMBINED_COLOR, REFERENCE, device_color, device_handles, legend_below, new_figure, plural
 
 SHOWN_ENTRIES = 6  # gradient entries drawn; the largest ones, so the bars are visible
-
-
-def _parameter(module: nn.Module, dotted: str) -> torch.Tensor:
-    """``module``'s tensor called ``dotted``; on a replica, a plain attribute (replicas own no Parameters)."""
-    prefix, _, name = dotted.rpartition(".")
-    return getattr(module.get_submodule(prefix), name)
 
 
 def _data_parallel(module: nn.Module, inputs: tuple, n_devices: int) -> tuple[Any, list[nn.Module], list[int]]:
@@ -79,11 +74,11 @@ def gradient_sum(
     names = [n for n, _ in model.named_parameters()]
     if name not in names:
         raise ValueError(f"The model has no parameter {name!r}; pick one of {names}.")
-    original = _parameter(model, name)
+    original = tensor_at(model, name)
     x, y = (t.to(device) for t in examples.make_batch(batch))
     gathered, replicas, chunks = _data_parallel(model, (x,), n_devices)
     loss = F.cross_entropy(gathered, y, reduction=reduction)
-    *per_replica, reduced = torch.autograd.grad(loss, [_parameter(r, name) for r in replicas] + [original])
+    *per_replica, reduced = torch.autograd.grad(loss, [tensor_at(r, name) for r in replicas] + [original])
     (single,) = torch.autograd.grad(F.cross_entropy(model(x), y, reduction=reduction), [original])
     total = torch.stack(per_replica).sum(0)
     diff = (total - single).abs().max().item()
@@ -149,7 +144,7 @@ def per_replica_mean_bias(batch: int = 7, n_devices: int = 2) -> Figure:
     mean_of_means, _, chunks = _data_parallel(_ChunkMean(), (per_sample,), n_devices)
     (weights,) = torch.autograd.grad(mean_of_means.mean(), [per_sample])
     name = _first_weight(model)
-    original = _parameter(model, name)
+    original = tensor_at(model, name)
     losses, _, _ = _data_parallel(_ChunkMean(model), (x, y), n_devices)
     (data_parallel,) = torch.autograd.grad(losses.mean(), [original])
     (single,) = torch.autograd.grad(F.cross_entropy(model(x), y), [original])

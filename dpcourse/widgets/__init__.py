@@ -1,0 +1,23 @@
+"""Explorers: ipywidgets that run the real dpcourse primitives and show what they did, one control at a time.
+
+* ``StepThrough``: one DataParallel training step, stage by stage (Back / Next / Reset, devices, batch);
+* ``ChunkExplorer``: how scatter cuts a batch (batch, devices, dim), and which devices sit idle;
+* ``GradientSum``: which loss reduction keeps the gradient equal to one device's (reduction, batch, devices);
+* ``Timeline``: trace a few training steps of a small, large or many-layered model and see where time goes.
+
+One pattern for all four: an explorer *is* an ``ipywidgets.VBox`` (see ``_base.Explorer``), so a notebook cell
+that ends with ``StepThrough()`` shows it. Its controls are public attributes (``next_button``,
+``batch_slider``, ``reduction_toggle``, ``run_button``, ...; ``explorer.controls`` lists them by name), so a
+plain pytest drives them with ``.click()`` and ``.value = ...`` without a kernel, and everything it shows
+lives in widget values a test can read: ``HTML`` text and the figure as PNG bytes in ``explorer.image``.
+Errors raised inside a callback appear in red in ``explorer.message``. ``repr(explorer)`` is just the class
+name and the control values (``ChunkExplorer(batch=10, devices=4, dim=0)``), stable for nbval, and nothing
+is printed. ``latency.measure_all()`` times every control of every explorer.
+"""
+
+from .chunks import ChunkExplorer
+from .gradients import GradientSum
+from .step_through import StepThrough
+from .timeline import Timeline
+
+__all__ = ["ChunkExplorer", "GradientSum", "StepThrough", "Timeline"]

@@ -1,0 +1,109 @@
+"""What every explorer shares: the VBox layout, the red message area, PNG figures cached per setting.
+
+An explorer keeps everything a reader (or a test) needs in widget *values*: ``HTML`` text and figures as PNG
+bytes in an ``ipywidgets.Image``. Not in ``Output`` widgets: without a kernel they capture nothing, and a
+notebook checked with nbval would see their captured text as a mismatch.
+"""
+
+import functools
+import html
+import io
+from collections.abc import Callable, Hashable, Sequence
+from typing import Any
+
+import ipywidgets as widgets
+from matplotlib.figure import Figure
+
+DPI = 72  # Agg spends ~100-300 ms per figure; fewer pixels keep every click answering quickly
+ERROR_STYLE = "color: #C00000; white-space: pre-wrap; font-family: monospace"
+TABLE_STYLE = "border-collapse: collapse; font-family: monospace; font-size: 12px"
+CELL_STYLE = "padding: 1px 10px 1px 0; text-align: left"
+
+
+def png_bytes(fig: Figure, dpi: int = DPI) -> bytes:
+    """The figure rendered as PNG bytes, ready for ``ipywidgets.Image.value``."""
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=dpi)
+    return buffer.getvalue()
+
+
+def reports_errors(callback: Callable[..., None]) -> Callable[..., None]:
+    """Wrap an explorer's callback so that an exception shows as ``Type: message`` in its ``message`` area.
+
+    ipywidgets runs callbacks inside the kernel's comm handler, where an exception only reaches a log the
+    learner never sees: the click would seem to do nothing. A success clears the previous error.
+    """
+
+    @functools.wraps(callback)
+    def guarded(self: "Explorer", *args: Any) -> None:
+        try:
+            callback(self, *args)
+        except Exception as error:
+            self.message.value = paragraph(f"{type(error).__name__}: {error}", ERROR_STYLE)
+        else:
+            self.message.value = ""
+
+    return guarded
+
+
+def paragraph(text: str, style: str = "") -> str:
+    """``text`` escaped, as an HTML paragraph (empty text gives an empty string)."""
+    return f'<p style="{style}">{html.escape(text, quote=False)}</p>' if text else ""
+
+
+def table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    """A small HTML table (monospace, left-aligned); every cell is escaped."""
+
+    def line(cells: Sequence[Any], tag: str) -> str:
+        escaped = (html.escape(str(c), quote=False) for c in cells)
+        return "<tr>" + "".join(f'<{tag} style="{CELL_STYLE}">{c}</{tag}>' for c in escaped) + "</tr>"
+
+    return f'<table style="{TABLE_STYLE}">' + line(header, "th") + "".join(line(r, "td") for r in rows) + "</table>"
+
+
+def int_slider(description: str, value: int, low: int, high: int) -> widgets.IntSlider:
+    """A slider that reports only when released: dragging would otherwise queue one recomputation per step."""
+    return widgets.IntSlider(value=value, min=low, max=high, description=description, continuous_update=False)
+
+
+class Explorer(widgets.VBox):
+    """Base of every explorer: a ``VBox`` of control rows, the explorer's own widgets, a figure and a message.
+
+    * ``controls``: the public controls by attribute name (a subclass sets the attributes, then passes their
+      names), in the order ``latency.measure_interactions`` exercises them;
+    * ``image``: the current figure as PNG bytes (hidden and empty when the view has no figure);
+    * ``message``: empty, or the last callback's error in red (see ``reports_errors``).
+
+    ``repr()`` is the class name and the controls' values, e.g. ``ChunkExplorer(batch=10, devices=4, dim=0)``:
+    stable text for a notebook's stored output, where ipywidgets' default repr would list every child's value.
+    """
+
+    def __init__(self, controls: Sequence[str], rows: Sequence[widgets.Widget]) -> None:
+        super().__init__()
+        self.controls: dict[str, widgets.Widget] = {name: getattr(self, name) for name in controls}
+        self.image = widgets.Image(format="png", layout=widgets.Layout(max_width="100%"))
+        self.message = widgets.HTML()
+        self._pngs: dict[Hashable, bytes] = {}
+        self.children = [*rows, self.image, self.message]
+
+    def show_figure(self, key: Hashable, make: Callable[[], Figure] | None) -> None:
+        """Show the figure ``make()`` draws, rendered once per ``key``; ``make=None`` hides the image."""
+        if make is None:
+            self.image.value = b""
+            self.image.layout.display = "none"
+            return
+        if key not in self._pngs:
+            self._pngs[key] = png_bytes(make())
+        self.image.value = self._pngs[key]
+        self.image.layout.display = None
+
+    def settings(self) -> dict[str, Any]:
+        """The value controls' current values, by name without the ``_slider`` / ``_toggle`` suffix."""
+        return {
+            name.rpartition("_")[0]: control.value
+            for name, control in self.controls.items()
+            if not isinstance(control, widgets.Button)
+        }
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({', '.join(f'{k}={v!r}' for k, v in self.settings().items())})"

@@ -1,0 +1,82 @@
+"""Timeline: trace a few real training steps and see when DataParallel's own work outweighs the model's."""
+
+import functools
+
+import ipywidgets as widgets
+
+from dpcourse import viz
+from dpcourse.viz.palette import new_figure
+
+from ._base import Explorer, int_slider, paragraph, png_bytes, reports_errors
+from .timing import MODELS, describe, stage_totals, trace_steps
+
+BATCHES = (16, 64, 256)
+
+
+@functools.cache
+def placeholder_png() -> bytes:
+    """The empty plot shown until Run is pressed: nothing is timed, so a notebook's stored output never varies."""
+    fig = new_figure(height=1.5)
+    ax = fig.subplots()
+    ax.text(0.5, 0.5, "No steps traced yet: choose the settings, then press Run.", ha="center", va="center")
+    ax.set_axis_off()
+    return png_bytes(fig)
+
+
+class Timeline(Explorer):
+    """Press Run to trace ``steps`` training steps of the chosen model under ``DataParallel`` and draw them.
+
+    Shows ``viz.timeline`` of the median step and, in ``totals``, each stage's mean time per step (scatter,
+    replicate, forward, gather, backward, reduce-add, ...) in ms and % of the step, with a verdict on whether
+    DataParallel's overhead or the model's compute dominates. Nothing runs until ``run_button`` is clicked, and
+    a changed setting clears the result until the next Run, so what is shown always matches the controls.
+    Controls: ``model_toggle`` (small / large / many-layers, see ``timing.MODELS``), ``batch_slider``,
+    ``devices_slider``, ``steps_slider``, ``run_button``.
+    """
+
+    def __init__(self, model: str = "small", batch: int = 64, devices: int = 2, steps: int = 3) -> None:
+        self.model_toggle = widgets.ToggleButtons(options=list(MODELS), value=model, description="model")
+        self.batch_slider = widgets.SelectionSlider(options=BATCHES, value=batch, description="batch",
+                                                    continuous_update=False)
+        self.devices_slider = int_slider("devices", devices, 1, 8)
+        self.steps_slider = int_slider("steps", steps, 1, 10)
+        self.run_button = widgets.Button(description="Run", icon="play", button_style="primary")
+        self.status = widgets.HTML()
+        self.totals = widgets.HTML()
+        settings = [self.model_toggle, self.batch_slider, self.devices_slider, self.steps_slider]
+        rows = [
+            self.model_toggle,
+            widgets.HBox([self.batch_slider, self.devices_slider, self.steps_slider, self.run_button]),
+            self.status,
+            self.totals,
+        ]
+        super().__init__(["model_toggle", "batch_slider", "devices_slider", "steps_slider", "run_button"], rows)
+        for control in settings:
+            control.observe(self._clear, names="value")
+        self.run_button.on_click(self._run)
+        self._clear()
+
+    def _describe_settings(self) -> str:
+        choice = MODELS[self.model_toggle.value]
+        return (f"{choice.label}, batch {self.batch_slider.value}, {self.devices_slider.value} devices, "
+                f"{self.steps_slider.value} steps")
+
+    @reports_errors
+    def _clear(self, _change: object = None) -> None:
+        self.status.value = paragraph(f"{self._describe_settings()}: press Run to measure.")
+        self.totals.value = ""
+        self.image.value = placeholder_png()
+
+    @reports_errors
+    def _run(self, _button: widgets.Button) -> None:
+        choice, steps = MODELS[self.model_toggle.value], self.steps_slider.value
+        self.status.value = paragraph(f"{self._describe_settings()}: tracing...")  # reaches the browser at once
+        try:
+            measured = trace_steps(choice, self.devices_slider.value, self.batch_slider.value, steps)
+        except Exception:
+            self.status.value = paragraph(f"{self._describe_settings()}: the run failed, see below.")
+            raise  # reports_errors shows it in the message area
+        median = sorted(measured, key=lambda timed: timed.seconds)[len(measured) // 2]
+        self.image.value = png_bytes(viz.timeline(median.trace))
+        self.totals.value = describe(stage_totals(measured), steps)
+        self.status.value = paragraph(f"{self._describe_settings()}: measured.")

@@ -1,0 +1,147 @@
+"""Where the time of a DataParallel training step goes: traced steps of three models, summed per stage.
+
+``Timeline`` runs these; they are plain functions so a benchmark or a test can call them without a widget.
+The three models show the two regimes: a large MLP whose matrix products dwarf DataParallel's own work,
+and the course MLP or 100 tiny layers, where its fixed costs per step (replicate copies every parameter
+again, the replica threads must be woken, outputs gathered) weigh as much as the arithmetic or more.
+"""
+
+import dataclasses
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+from torch import nn
+
+import dpcourse
+from dpcourse import examples
+from dpcourse.trace import STEPS, Span, Trace
+
+from ._base import paragraph, table
+
+FORWARD_STEPS = ("scatter", "replicate", "forward", "gather")  # recorded while data_parallel(x) runs
+COMPUTE_STEPS = ("forward", "backward")  # the replicas' own work: what one device would do too
+FORWARD_GAPS = "parallel_apply hand-offs (forward, between the steps above)"
+BACKWARD_GAPS = "loss, autograd engine (backward, between the steps above)"
+OPTIMIZER = "optimizer step"
+OVERHEAD = ("scatter", "replicate", "gather", "gather-backward", "reduce-add", "scatter-backward", FORWARD_GAPS)
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelChoice:
+    """A model to time, with the input width and number of classes of its random batches."""
+
+    label: str
+    layers: Callable[[], nn.Module]
+    features: int
+    classes: int
+
+    def build(self) -> nn.Module:
+        """The model, with the same weights every time (the global random state is left alone)."""
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(0)
+            return self.layers()
+
+
+MODELS = {
+    "small": ModelChoice("the course MLP (8-16-4)", examples.make_model, 8, 4),
+    "large": ModelChoice(
+        "a 512-1024-1024-10 MLP",
+        lambda: nn.Sequential(nn.Linear(512, 1024), nn.ReLU(), nn.Linear(1024, 1024), nn.ReLU(), nn.Linear(1024, 10)),
+        512,
+        10,
+    ),
+    "many-layers": ModelChoice(
+        "100 tiny Linear(8, 8) layers", lambda: nn.Sequential(*(nn.Linear(8, 8) for _ in range(100))), 8, 8
+    ),
+}
+
+
+def busy_seconds(spans: Sequence[Span]) -> float:
+    """How long at least one of ``spans`` was running: overlapping replicas count once."""
+    busy, reached = 0.0, float("-inf")
+    for span in sorted(spans, key=lambda s: s.start):
+        busy += max(0.0, span.end - max(span.start, reached))
+        reached = max(reached, span.end)
+    return busy
+
+
+@dataclasses.dataclass
+class TimedStep:
+    """One traced training step and the wall time of its three phases, in seconds."""
+
+    trace: Trace
+    forward: float  # data_parallel(x): scatter, replicate, parallel_apply, gather
+    backward: float  # the loss and loss.backward()
+    optimizer: float  # optimizer.zero_grad() and optimizer.step()
+
+    @property
+    def seconds(self) -> float:
+        return self.forward + self.backward + self.optimizer
+
+
+def trace_steps(choice: ModelChoice, n_devices: int, batch: int, steps: int) -> list[TimedStep]:
+    """One untraced warm-up step, then ``steps`` traced SGD steps of ``DataParallel`` of a fresh model.
+
+    The warm-up pays once for threads and allocations. On a GPU each phase ends with a synchronize, so its
+    wall time covers the GPU work and not just the launches.
+    """
+    devices = dpcourse.devices(n_devices)
+    model = choice.build().to(devices[0])
+    data_parallel = dpcourse.DataParallel(model, devices)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(batch, choice.features, generator=generator).to(devices[0])
+    y = torch.randint(0, choice.classes, (batch,), generator=generator).to(devices[0])
+
+    def timed(work: Callable[[], Any]) -> tuple[Any, float]:
+        start = time.perf_counter()
+        result = work()
+        if devices[0].type == "cuda":
+            torch.cuda.synchronize()
+        return result, time.perf_counter() - start
+
+    def step() -> tuple[float, float, float]:
+        output, forward = timed(lambda: data_parallel(x))
+        _, backward = timed(lambda: examples.loss_fn(output, y).backward())
+        _, update = timed(lambda: (optimizer.step(), optimizer.zero_grad()))
+        return forward, backward, update
+
+    step()
+    measured = []
+    for _ in range(steps):
+        with dpcourse.trace() as recorded:
+            seconds = step()
+        measured.append(TimedStep(recorded, *seconds))
+    return measured
+
+
+def stage_totals(measured: Sequence[TimedStep]) -> dict[str, float]:
+    """Mean seconds per step: of each recorded stage, of the unrecorded time in each phase, and of the step."""
+    per_step = []
+    for timed in measured:
+        stages = {stage: busy_seconds(timed.trace.steps(stage)) for stage in STEPS}
+        forward_busy = busy_seconds([s for s in timed.trace.spans if s.step in FORWARD_STEPS])
+        backward_busy = busy_seconds([s for s in timed.trace.spans if s.step not in FORWARD_STEPS])
+        stages[FORWARD_GAPS] = max(0.0, timed.forward - forward_busy)
+        stages[BACKWARD_GAPS] = max(0.0, timed.backward - backward_busy)
+        stages[OPTIMIZER] = timed.optimizer
+        stages["step"] = timed.seconds
+        per_step.append(stages)
+    return {name: statistics.fmean(s[name] for s in per_step) for name in per_step[0] if any(s[name] for s in per_step)}
+
+
+def describe(totals: dict[str, float], steps: int) -> str:
+    """The per-stage table (ms and % of the step) and a verdict: does DataParallel's own work dominate?"""
+    step = totals["step"]
+    rows = [[name, f"{seconds * 1e3:.2f}", f"{100 * seconds / step:.0f}%"] for name, seconds in totals.items()]
+    own = sum(totals.get(s, 0.0) for s in OVERHEAD) / step
+    compute = sum(totals.get(s, 0.0) for s in COMPUTE_STEPS) / step
+    verdict = "DataParallel's overhead dominates" if own > compute else "the model's compute dominates"
+    return paragraph(
+        f"Mean over {steps} traced steps (after one untraced warm-up step). DataParallel's own work (scatter, "
+        f"replicate, thread hand-offs, gather, reduce-add) takes {100 * own:.0f}% of a step, the replicas' forward "
+        f"and backward {100 * compute:.0f}%: {verdict}. The figure shows the median step."
+    ) + table(["stage", "ms per step", "% of step"], rows)

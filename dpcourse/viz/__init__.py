@@ -6,6 +6,7 @@ Every function returns a ``matplotlib.figure.Figure`` made without pyplot, so no
 """
 
 from .chunks import chunk_split
+from .costmodel import plot_speedup
 from .gather import gather_view
 from .gradients import gradient_sum, per_replica_mean_bias
 from .replicate import replicate_map
@@ -18,6 +19,7 @@ __all__ = [
     "gradient_sum",
     "measure_scaling",
     "per_replica_mean_bias",
+    "plot_speedup",
     "replicate_map",
     "scaling",
     "timeline",

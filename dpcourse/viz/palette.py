@@ -31,6 +31,8 @@ STEP_COLORS = {
     "backward": "#EE8866",
     "reduce-add": "#FFAABB",
     "scatter-backward": "#AAAA00",
+    "allreduce": "#DDDDDD",  # DistributedDataParallel's steps, for lesson 10's timelines
+    "optimizer": "#CCBB44",
 }
 MAX_WIDTH = 9.0  # inches: a figure wider than this is shrunk by Jupyter and its text becomes unreadable
 

@@ -1,0 +1,332 @@
+"""How long one training step takes under DataParallel and under DDP, term by term, and when DP stops paying off.
+
+``formula("dp")`` and ``formula("ddp")`` give the model as text; ``step_time(kind, n, workload, hardware)``
+returns every term separately (a widget can stack them); ``predict_speedup(preset)`` gives the speed-up over
+one device for n = 1..8. ``PRESETS`` are rough guesses for common machines; ``calibrate()`` measures *this*
+machine's terms from DataParallel steps on CPU devices. ``dpcourse.viz.plot_speedup`` draws the curves.
+
+A teaching model: each term is one line of the formula, not a simulation. It ignores memory limits, kernel
+fusion, uneven chunks and GPU scheduling. Its job is to show which term grows with what.
+"""
+
+import contextlib
+import dataclasses
+import math
+import os
+import time
+from collections import defaultdict
+from collections.abc import Iterator, Sequence
+from typing import Literal
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .data_parallel import DataParallel
+from .devices import devices
+from .trace import trace
+
+Kind = Literal["single", "dp", "ddp"]
+FORMULAS = {
+    "single": "T_1 = B * C / F + 3S / mu  (compute)  +  M * o  (python)  +  h  (overhead)",
+    "dp": """\
+T_DP(N) = compute    (B * C / F + N * 3S / mu) / min(N, U)  the batch's FLOPs; each replica reads the weights 3x
+        + python     N * M * o                          every replica's modules, one at a time (one GIL)
+        + replicate  N * M * r + c(N) * (S/beta + alpha)  build N replicas, copy the S parameter bytes
+        + reduce     c(N) * (S/beta + alpha)            sum the gradients onto device 0
+        + scatter    (N-1)/N * B * x / beta + 2 * alpha  inputs out, outputs back to device 0
+        + overhead   h + h_dp                           threads, autograd bookkeeping
+c(N) = N-1 copies one after another, or 1 when they are pipelined (NCCL broadcast and reduce). N = 1 is T_1.""",
+    "ddp": """\
+T_DDP(N) = compute    (B * C / F + N * 3S / mu) / min(N, U)  each process: B/N samples, all the weights
+         + python     M * o                             one replica per process, all in parallel
+         + allreduce  max(A - 2/3 * compute, A / k)     what backward does not hide; the last bucket never is
+         + overhead   h + h_ddp
+A = 2 (N-1)/N * S/beta + 2 (N-1) k * alpha: a ring all-reduce of S bytes in k = ceil(S / 25 MiB) buckets.""",
+}
+SYMBOLS = """\
+B batch, C FLOPs per sample (6P for an MLP: forward 2, backward 4 per parameter), P parameters,
+S = P * bytes per parameter, M modules, x input + output bytes per sample, F FLOP/s of one device,
+mu its memory bytes/s, U devices that compute at the same time, beta link bytes/s, alpha seconds per transfer,
+o Python seconds per module call (forward + backward), r seconds to replicate one module,
+h every step's fixed cost, h_dp and h_ddp what DP and DDP add to it.
+On a GPU, Python only queues the kernels, so the python term counts only what the GPU does not hide:
+max(0, python - compute)."""
+BUCKET_BYTES = 25 * 2**20
+
+
+@dataclasses.dataclass(frozen=True)
+class Workload:
+    """What is trained: ``params`` in ``modules`` modules, ``batch`` samples per step (the global batch)."""
+
+    params: int
+    modules: int
+    batch: int
+    flops_per_sample: float = 0.0  # 0: 6 * params, right for MLPs and transformers (per token)
+    bytes_per_param: int = 4
+    sample_bytes: int = 0
+
+    @classmethod
+    def of(cls, module: nn.Module, batch: int, sample_bytes: int = 0) -> "Workload":
+        params = list(module.parameters())
+        size = params[0].element_size() if params else 4
+        return cls(sum(p.numel() for p in params), len(list(module.modules())), batch, 0.0, size, sample_bytes)
+
+    @property
+    def flops(self) -> float:
+        return self.flops_per_sample or 6 * self.params
+
+
+@dataclasses.dataclass(frozen=True)
+class Hardware:
+    """One machine's terms, named as in ``SYMBOLS``.
+
+    ``pipelined``: DP's N-1 copies cost one (NCCL). ``asynchronous``: Python queues the work and runs ahead
+    of the device (GPUs), instead of waiting for every operation (CPUs).
+    """
+
+    name: str
+    flops: float
+    memory_bandwidth: float
+    compute_units: int
+    bandwidth: float
+    latency: float
+    module_time: float
+    replicate_time: float
+    step_overhead: float
+    dp_overhead: float
+    ddp_overhead: float
+    pipelined: bool
+    asynchronous: bool
+
+
+def _preset(name: str, flops: float, memory: float, units: int, link: float, latency: float, pipelined: bool
+            ) -> Hardware:
+    gpu = "GPU" in name
+    return Hardware(name, flops, memory, units, link, latency, module_time=3e-5 if gpu else 2.5e-5,
+                    replicate_time=1.5e-5, step_overhead=5e-5, dp_overhead=3e-4, ddp_overhead=1e-4,
+                    pipelined=pipelined, asynchronous=gpu)
+
+
+# Orders of magnitude, not benchmarks. The CPU's are one core of this course's VM, calibrated; the GPUs'
+# are achieved fp32 FLOP/s and HBM bandwidth of a data-centre GPU, PCIe 3 x16 and NVLink 3 as NCCL sees them.
+PRESETS = {
+    "laptop CPU": _preset("laptop CPU", 9e10, 2.5e10, 1, 4e9, 2e-6, pipelined=False),
+    "one GPU": _preset("one GPU", 1.5e13, 1.5e12, 1, 5e11, 1e-5, pipelined=False),
+    "8 GPUs, PCIe": _preset("8 GPUs, PCIe", 1.5e13, 1.5e12, 8, 1.2e10, 1.5e-5, pipelined=True),
+    "8 GPUs, NVLink": _preset("8 GPUs, NVLink", 1.5e13, 1.5e12, 8, 1.5e11, 8e-6, pipelined=True),
+}
+# ResNet-50 on ImageNet: 25.6 M parameters, about 160 modules, 12 GFLOPs per image (forward + backward).
+EXAMPLE = Workload(params=25_600_000, modules=161, batch=256, flops_per_sample=12.3e9, sample_bytes=3 * 224 * 224 * 4)
+
+
+def formula(kind: Kind = "dp") -> str:
+    """The formula for ``kind`` ("single", "dp" or "ddp"), with what every symbol means."""
+    return f"{FORMULAS[kind]}\n{SYMBOLS}"
+
+
+def step_time(kind: Kind, n: int, workload: Workload, hardware: Hardware) -> dict[str, float]:
+    """Seconds per training step, one entry per term of ``formula(kind)``; their sum is the step time."""
+    if kind not in FORMULAS:
+        raise ValueError(f"kind must be 'single', 'dp' or 'ddp', not {kind!r}.")
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"n is a number of devices, a whole number >= 1; got {n!r}.")
+    w, h = workload, hardware
+    size = w.params * w.bytes_per_param
+    n = 1 if kind == "single" else n
+    compute = (w.batch * w.flops / h.flops + n * 3 * size / h.memory_bandwidth) / min(n, h.compute_units)
+    python = (n if kind == "dp" else 1) * w.modules * h.module_time
+    python = max(0.0, python - compute) if h.asynchronous else python
+    if n == 1:
+        return {"compute": compute, "python": python, "overhead": h.step_overhead}
+    if kind == "dp":
+        copies = (1 if h.pipelined else n - 1) * (size / h.bandwidth + h.latency)
+        return {"compute": compute, "python": python,
+                "replicate": n * w.modules * h.replicate_time + copies, "reduce": copies,
+                "scatter": (n - 1) / n * w.batch * w.sample_bytes / h.bandwidth + 2 * h.latency,
+                "overhead": h.step_overhead + h.dp_overhead}
+    buckets = max(1, math.ceil(size / BUCKET_BYTES))
+    allreduce = 2 * (n - 1) / n * size / h.bandwidth + 2 * (n - 1) * buckets * h.latency
+    return {"compute": compute, "python": python,
+            "allreduce": max(allreduce - 2 / 3 * compute, allreduce / buckets),
+            "overhead": h.step_overhead + h.ddp_overhead}
+
+
+@dataclasses.dataclass
+class Speedup:
+    """Speed-up ``T_1 / T(n)`` over one device for every n, and where DataParallel stops paying off."""
+
+    hardware: Hardware
+    workload: Workload
+    devices: list[int]
+    dp: list[float]
+    ddp: list[float]
+
+    @property
+    def dp_best(self) -> int:
+        """The number of devices at which DP is fastest: beyond it, every added device makes DP slower."""
+        return self.devices[self.dp.index(max(self.dp))]
+
+    @property
+    def dp_slower_than_one_device(self) -> int | None:
+        """The smallest n >= 2 at which DP is slower than one device (``None`` if it never is)."""
+        return next((n for n, s in zip(self.devices, self.dp, strict=True) if n > 1 and s < 1), None)
+
+
+def predict_speedup(preset: str | Hardware, workload: Workload = EXAMPLE, max_devices: int = 8) -> Speedup:
+    """DP's and DDP's speed-up for n = 1..``max_devices``; the batch is global, n devices share it."""
+    if isinstance(preset, str) and preset not in PRESETS:
+        raise ValueError(f"Unknown preset {preset!r}; choose one of {sorted(PRESETS)} or pass a Hardware.")
+    hardware = PRESETS[preset] if isinstance(preset, str) else preset
+    n_values = list(range(1, max_devices + 1))
+    single = sum(step_time("single", 1, workload, hardware).values())
+    speedups = {kind: [single / sum(step_time(kind, n, workload, hardware).values()) for n in n_values]
+                for kind in ("dp", "ddp")}
+    return Speedup(hardware, workload, n_values, speedups["dp"], speedups["ddp"])
+
+
+@dataclasses.dataclass(frozen=True)
+class Setup:
+    """One thing to time: the lesson MLP (``hidden`` wide, ``depth`` Linear layers) under DataParallel."""
+
+    hidden: int
+    depth: int
+    devices: int
+    batch: int = 64
+    traced: bool = False
+
+    def model(self) -> nn.Module:
+        from .ddp.lesson import model  # the lesson MLP, widened and deepened
+
+        return model(hidden=self.hidden, depth=self.depth)
+
+    def workload(self) -> Workload:
+        return Workload.of(self.model(), self.batch)
+
+
+@contextlib.contextmanager
+def _one_core() -> Iterator[None]:
+    """Run torch, and this whole process, on one core: one intra-op thread, pinned where the OS allows it."""
+    threads = torch.get_num_threads()
+    cores = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
+    torch.set_num_threads(1)
+    if cores:
+        os.sched_setaffinity(0, {min(cores)})
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+        if cores:
+            os.sched_setaffinity(0, cores)
+
+
+def measure(setups: Sequence[Setup], rounds: int = 8, steps: int = 5, clock: Literal["cpu", "wall"] = "cpu"
+            ) -> list[tuple[float, dict[str, float]]]:
+    """Time forward + backward of every setup on CPU devices, all on one core: each one's fastest step.
+
+    Traced setups also give the fastest time of every span (summed over the replicas). The setups take
+    turns, ``steps`` steps each per round, so a busy spell of another program hits them all alike, and the
+    fastest step counts: other programs only ever add time. ``clock="cpu"`` counts this process's CPU time:
+    on an idle core that is the wall time, and unlike ``clock="wall"`` it does not grow while another program
+    holds the core. Span times are wall times.
+    """
+    now = time.process_time if clock == "cpu" else time.perf_counter
+    runs = []
+    for setup in setups:
+        module = setup.model()
+        dp = DataParallel(module, devices=devices(setup.devices) if setup.devices > 1 else ["cpu"])
+        inputs = torch.randn(setup.batch, 8), torch.randn(setup.batch, 4)
+        runs.append((setup, module, dp, *inputs, [], defaultdict(list)))
+    with _one_core():
+        for round_ in range(rounds):
+            for setup, module, dp, x, y, totals, spans in runs:
+                for step in range(steps):
+                    module.zero_grad(set_to_none=True)
+                    with trace() if setup.traced else contextlib.nullcontext() as recorded:
+                        start = now()
+                        F.mse_loss(dp(x), y).backward()
+                        elapsed = now() - start
+                    if round_ == 0 and step < 2:  # warm-up
+                        continue
+                    totals.append(elapsed)
+                    for name in {s.step for s in recorded.spans} if setup.traced else ():
+                        spans[name].append(sum(s.duration for s in recorded.steps(name)))
+    return [(min(totals), {name: min(values) for name, values in spans.items()}) for *_, totals, spans in runs]
+
+
+def _fit(rows: list[list[float]], times: list[float]) -> list[float]:
+    """Least squares with every coefficient >= 0: a negative one is dropped (set to 0) and the rest refitted."""
+    columns = list(range(len(rows[0])))
+    while True:
+        solution = np.linalg.lstsq(np.array(rows)[:, columns], np.array(times), rcond=None)[0]
+        if (solution >= 0).all():
+            fitted = dict(zip(columns, solution, strict=True))
+            return [float(fitted.get(c, 0.0)) for c in range(len(rows[0]))]
+        columns.pop(int(np.argmin(solution)))
+
+
+@dataclasses.dataclass
+class Calibration:
+    """The fitted ``hardware``; ``table``: every DP step measured, predicted, and whether it was fitted."""
+
+    hardware: Hardware
+    table: list[dict]
+
+    def __str__(self) -> str:
+        lines = ["hidden depth devices  measured ms  predicted ms  error  used"]
+        for r in self.table:
+            lines.append(f"{r['hidden']:>6} {r['depth']:>5} {r['devices']:>7} {r['measured'] * 1e3:>12.3f} "
+                         f"{r['predicted'] * 1e3:>13.3f} {r['predicted'] / r['measured'] - 1:>+6.0%}  {r['used']}")
+        return "\n".join(lines)
+
+
+def _rows(setups: Sequence[Setup], columns) -> list[list[float]]:
+    return [columns(s.devices, s.workload(), s.batch) for s in setups]
+
+
+def calibrate(sizes: Sequence[tuple[int, int]] = ((32, 10), (768, 3)), batches: Sequence[int] = (16, 64, 128),
+              dp_devices: Sequence[int] = (2, 3, 4), check: Sequence[tuple[int, int]] = (), rounds: int = 8
+              ) -> Calibration:
+    """Fit this machine's terms from DataParallel steps of the lesson MLP, sizes given as ``(hidden, depth)``.
+
+    1. One device, every size and batch: ``T_1 = B * 6P / F + 3S / mu + M * o + h`` gives F, mu, o and h.
+    2. Traced DP steps (batch 64) on ``dp_devices`` CPU devices: the ``replicate`` span, ``N * M * r +
+       (N-1) * (S / beta + alpha)``, gives r, the cost of building one module's replica.
+    3. Untraced DP steps: what they take beyond compute, python and building replicas is ``2 (N-1) (S /
+       beta + alpha) + 2 alpha + h_dp``, which gives beta, alpha and h_dp. On CPU devices beta is the rate
+       of all DP's per-byte work for each extra replica: the copies and the sum (the ``replicate`` and
+       ``reduce-add`` spans), and the replicas' own gradient buffers, which no span times (about half).
+
+    ``check`` sizes are measured in the same run, on 1 and 2 devices, but not fitted: ``table`` shows how
+    well the model predicts sizes it has not seen. All CPU devices share one core (``compute_units=1``).
+    ``ddp_overhead`` is not measured here; it is the laptop preset's.
+    """
+    singles = [Setup(h, d, 1, b) for h, d in sizes for b in batches]
+    traced = [Setup(h, d, n, traced=True) for h, d in sizes for n in dp_devices]
+    fitted = [Setup(h, d, n) for h, d in sizes for n in dp_devices]
+    held_out = [Setup(h, d, n) for h, d in check for n in (1, 2)]
+    results = measure(singles + traced + fitted + held_out, rounds)
+    seconds = [total for total, _ in results]
+    single_seconds, span_times = seconds[: len(singles)], [spans for _, spans in results[len(singles) :]]
+    step_seconds = seconds[len(singles) + len(traced) :]
+
+    rows = _rows(singles, lambda n, w, b: [b * w.flops, 3 * w.params * w.bytes_per_param, w.modules, 1])
+    per_flop, per_byte_read, module_time, step_overhead = _fit(rows, single_seconds)
+    rows = _rows(traced, lambda n, w, b: [n * w.modules, (n - 1) * w.params * w.bytes_per_param, n - 1])
+    replicate_time = _fit(rows, [spans["replicate"] for spans in span_times[: len(traced)]])[0]
+    hardware = Hardware("this machine, one core (calibrated)", 1 / per_flop if per_flop else math.inf,
+                        1 / per_byte_read if per_byte_read else math.inf, 1, math.inf, 0.0, module_time,
+                        replicate_time, step_overhead, 0.0, PRESETS["laptop CPU"].ddp_overhead, pipelined=False,
+                        asynchronous=False)
+    rest = [t - sum(step_time("dp", s.devices, s.workload(), hardware).values())
+            for s, t in zip(fitted, step_seconds[: len(fitted)], strict=True)]
+    rows = _rows(fitted, lambda n, w, b: [2 * (n - 1) * w.params * w.bytes_per_param, 2 * n, 1])
+    per_byte, latency, dp_overhead = _fit(rows, rest)
+    hardware = dataclasses.replace(hardware, bandwidth=1 / per_byte if per_byte else math.inf, latency=latency,
+                                   dp_overhead=dp_overhead)
+    table = [{"hidden": s.hidden, "depth": s.depth, "devices": s.devices, "measured": t,
+              "predicted": sum(step_time("dp", s.devices, s.workload(), hardware).values()),
+              "used": "fitted" if s in fitted else "held out"}
+             for s, t in zip(fitted + held_out, step_seconds, strict=True)]
+    return Calibration(hardware, table)

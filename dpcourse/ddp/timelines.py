@@ -1,0 +1,125 @@
+"""What each rank does, and when: DDP training steps recorded as a ``dpcourse.trace.Trace``.
+
+Every rank records its own spans (``thread="rank-r"``, ``replica=r``) and sends them to the parent, which
+merges them into one ``Trace`` that ``dpcourse.viz`` draws like a DataParallel trace (``dp_timeline``
+records the DataParallel one for the same model and batches). The steps:
+
+* ``replicate``: ``DistributedDataParallel(model)``, whose constructor broadcasts rank 0's parameters
+  and buffers. Once, before training; DataParallel replicates on every forward.
+* ``forward``, ``backward`` (the whole ``loss.backward()`` call, which also waits for the last bucket),
+  ``optimizer`` (``optimizer.step()``, run by every rank on its own copy of the weights).
+* ``allreduce``: one per gradient bucket, from the moment the bucket is full (DDP calls its comm hook)
+  until the all-reduce has finished, recorded by a hook that wraps DDP's default one
+  (``allreduce_hook`` in ``torch/distributed/algorithms/ddp_comm_hooks/default_hooks.py``). These
+  spans start *inside* ``backward``: communication overlaps computation.
+
+Times are ``time.perf_counter()`` seconds since a start that rank 0 takes after a barrier and
+broadcasts. That works because on one machine every process reads the same monotonic clock; across
+machines the clocks are unrelated. On a GPU each span synchronizes the device first, so it times the
+GPU work, not the launch (which slightly reduces the overlap it shows).
+"""
+
+import contextlib
+import dataclasses
+import threading
+import time
+from collections.abc import Iterator
+
+import torch
+import torch.distributed as dist
+from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
+
+from ..data_parallel import DataParallel
+from ..devices import devices
+from ..trace import Span, Trace, bytes_of, trace
+from .launcher import device, launch
+from .lesson import data, loss_fn, model, shard, wrap
+
+
+class _Recorder:
+    def __init__(self, rank: int, here: torch.device, origin: float) -> None:
+        self.rank, self.here, self.origin = rank, here, origin
+        self.spans: list[Span] = []
+        self.lock = threading.Lock()
+
+    def now(self) -> float:
+        if self.here.type == "cuda":
+            torch.cuda.synchronize(self.here)
+        return time.perf_counter() - self.origin
+
+    def add(self, step: str, start: float, shapes: list[list[int]] | None = None, bytes_copied: int = 0) -> None:
+        span = Span(step, start, self.now(), f"rank-{self.rank}", self.rank, str(self.here), shapes or [],
+                    bytes_copied)
+        with self.lock:  # allreduce spans end on the communication thread
+            self.spans.append(span)
+
+    @contextlib.contextmanager
+    def span(self, step: str, **details) -> Iterator[None]:
+        start = self.now()
+        yield
+        self.add(step, start, **details)
+
+    def allreduce_hook(
+        self, process_group: dist.ProcessGroup | None, bucket: dist.GradBucket
+    ) -> torch.futures.Future[torch.Tensor]:
+        start, size = self.now(), bytes_of(bucket.buffer())
+
+        def finished(future: torch.futures.Future) -> torch.Tensor:
+            self.add("allreduce", start, bytes_copied=size)
+            return future.value()
+
+        return allreduce_hook(process_group, bucket).then(finished)
+
+
+def _timeline(steps: int, batch: int, hidden: int, depth: int, bucket_cap_mb: float) -> list[dict]:
+    rank, world, here = dist.get_rank(), dist.get_world_size(), device()
+    module = model(hidden=hidden, depth=depth)
+    dist.barrier()
+    origin = torch.tensor([time.perf_counter()], dtype=torch.float64, device=here)
+    dist.broadcast(origin, src=0)
+    recorder = _Recorder(rank, here, origin.item())
+    with recorder.span("replicate", bytes_copied=bytes_of(list(module.parameters()) + list(module.buffers()))):
+        ddp_model = wrap(module, here, bucket_cap_mb=bucket_cap_mb)
+    ddp_model.register_comm_hook(None, recorder.allreduce_hook)
+    optimizer = torch.optim.SGD(ddp_model.parameters(), lr=0.1)
+    x, y = data(steps * batch)
+    for step in range(steps):
+        mine = [step * batch + i for i in shard(batch, rank, world)]
+        inputs, targets = x[mine].to(here), y[mine].to(here)
+        optimizer.zero_grad()
+        with recorder.span("forward", shapes=[list(inputs.shape)]):
+            loss = loss_fn(ddp_model(inputs), targets)
+        with recorder.span("backward"):
+            loss.backward()
+        with recorder.span("optimizer"):
+            optimizer.step()
+    return [dataclasses.asdict(span) for span in recorder.spans]
+
+
+def timeline(world_size: int = 2, steps: int = 3, batch: int = 64, hidden: int = 512, depth: int = 4,
+             bucket_cap_mb: float = 1.0) -> Trace:
+    """Train ``steps`` DDP steps on ``world_size`` ranks and return every rank's spans as one ``Trace``.
+
+    The defaults deepen the lesson model to 4 Linear layers of width 512 (2.1 MiB of gradients), so
+    that with 1 MiB buckets backward fills three of them. Watch step 1: DDP starts with *one* bucket and
+    only after the first backward rebuilds them in the order the gradients really arrived
+    (``Reducer::rebuild_buckets`` in ``torch/csrc/distributed/c10d/reducer.cpp``).
+    """
+    ranks = launch(_timeline, world_size, (steps, batch, hidden, depth, bucket_cap_mb))
+    spans = [Span(**span) for rank in ranks for span in rank]
+    return Trace(sorted(spans, key=lambda s: (s.start, s.replica)))
+
+
+def dp_timeline(n: int = 2, steps: int = 3, batch: int = 64, hidden: int = 512, depth: int = 4) -> Trace:
+    """The same training, with ``dpcourse.DataParallel`` on ``dpcourse.devices(n)``, traced in this process."""
+    dp = DataParallel(model(hidden=hidden, depth=depth), devices=devices(n))
+    optimizer = torch.optim.SGD(dp.parameters(), lr=0.1)
+    x, y = data(steps * batch)
+    here = dp.devices[0]
+    with trace() as recorded:
+        for step in range(steps):
+            part = slice(step * batch, (step + 1) * batch)
+            optimizer.zero_grad()
+            loss_fn(dp(x[part].to(here)), y[part].to(here)).backward()
+            optimizer.step()
+    return recorded

@@ -1,0 +1,62 @@
+"""Train the lesson model with DistributedDataParallel and compare it with single-device training.
+
+Run it either way; the ranks run the same code (``dpcourse.ddp.experiments._training``)::
+
+    python -m dpcourse.ddp_train --nproc 2 --steps 3                      # dpcourse starts the ranks
+    torchrun --standalone --nproc_per_node=2 -m dpcourse.ddp_train --steps 3   # torchrun starts them
+
+Under torchrun (it sets ``RANK`` and ``WORLD_SIZE``) every process is one rank: each prints a line, and
+rank 0 gathers the others' results and prints the comparison. ``dpcourse.ddp``'s docstring has the
+commands for several machines.
+"""
+
+import argparse
+import os
+import sys
+
+import torch.distributed as dist
+
+from dpcourse.ddp.experiments import Training, _training, train
+from dpcourse.ddp.launcher import init_from_env
+from dpcourse.ddp.lesson import single_device
+
+
+def _parse(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m dpcourse.ddp_train", description=__doc__.split("\n")[0])
+    parser.add_argument("--nproc", type=int, default=2, help="ranks to start when not run by torchrun")
+    parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--batch", type=int, default=16, help="global batch, split among the ranks")
+    parser.add_argument("--lr", type=float, default=0.1)
+    parser.add_argument("--local-rank", "--local_rank", type=int, help=argparse.SUPPRESS)  # older launchers
+    return parser.parse_args(argv)
+
+
+def _under_torchrun(args: argparse.Namespace) -> Training | None:
+    init_from_env()
+    rank, world = dist.get_rank(), dist.get_world_size()
+    mine = _training(args.steps, args.batch, args.lr)
+    print(f"[rank {rank}/{world} pid {os.getpid()}] {mine['device']}, {mine['backend']}: "
+          f"last local loss {mine['losses'][-1]:.4f}", flush=True)
+    ranks = [None] * world if rank == 0 else None
+    dist.gather_object(mine, ranks, dst=0)
+    dist.destroy_process_group()
+    return Training(ranks, single_device(args.steps, args.batch, args.lr)["weights"]) if rank == 0 else None
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parse(argv)
+    if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
+        result = _under_torchrun(args)
+        launcher = "torchrun"
+    else:
+        result = train(args.nproc, args.steps, args.batch, args.lr)
+        launcher = "dpcourse.ddp.launch"
+    if result is None:
+        return 0
+    print(f"{len(result.ranks)} ranks started by {launcher}, {args.steps} steps, global batch {args.batch}")
+    print(result, flush=True)
+    return 0 if result.matches_single_device() else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,95 @@
+"""dpcourse.costmodel: the formula's terms, the presets' speed-up curves, and prediction against measurement."""
+
+import re
+
+import pytest
+from matplotlib.figure import Figure
+
+from dpcourse import costmodel
+from dpcourse.costmodel import EXAMPLE, PRESETS, Workload, formula, predict_speedup, step_time
+from dpcourse.viz import plot_speedup
+
+TINY = Workload(params=212, modules=4, batch=16)  # the lesson MLP
+
+
+def test_calibrated_model_predicts_dp_steps_of_sizes_it_was_not_fitted_on_within_25_percent():
+    # Calibrated on (hidden, depth) = (32, 10) and (768, 3); checked on (128, 6) and (512, 4), 1 and 2 CPU
+    # devices, measured in the same run. Timing on a shared machine is noisy: up to 3 calibrations may run.
+    errors = []
+    for _ in range(3):
+        calibration = costmodel.calibrate(check=((128, 6), (512, 4)))
+        held_out = [row for row in calibration.table if row["used"] == "held out"]
+        errors = [abs(row["predicted"] / row["measured"] - 1) for row in held_out]
+        if max(errors) <= 0.25:
+            break
+    checked = [(r["hidden"], r["depth"], r["devices"]) for r in held_out]
+    assert checked == [(128, 6, 1), (128, 6, 2), (512, 4, 1), (512, 4, 2)]
+    assert max(errors) <= 0.25, str(calibration)
+    hardware = calibration.hardware
+    assert hardware.compute_units == 1 and not hardware.asynchronous
+    assert 1e9 < hardware.flops < 1e13 and 1e-7 < hardware.module_time < 1e-3
+
+
+def test_every_term_is_in_the_formula_and_the_terms_add_up():
+    for kind in ("single", "dp", "ddp"):
+        terms = step_time(kind, 4, EXAMPLE, PRESETS["8 GPUs, PCIe"])
+        assert all(value >= 0 for value in terms.values())
+        for name in terms:
+            assert re.search(rf"\b{name}\b", formula(kind)), (kind, name)
+    assert step_time("dp", 1, EXAMPLE, PRESETS["laptop CPU"]) == step_time("single", 1, EXAMPLE, PRESETS["laptop CPU"])
+    assert set(step_time("dp", 2, EXAMPLE, PRESETS["laptop CPU"])) == {
+        "compute", "python", "replicate", "reduce", "scatter", "overhead"
+    }
+
+
+def test_dp_pays_python_and_replication_per_replica_ddp_does_not():
+    hardware = PRESETS["8 GPUs, NVLink"]
+    dp = [step_time("dp", n, TINY, hardware) for n in (2, 4, 8)]
+    assert dp[0]["replicate"] < dp[1]["replicate"] < dp[2]["replicate"]
+    ddp = [step_time("ddp", n, EXAMPLE, hardware) for n in (2, 8)]
+    assert ddp[0]["python"] == ddp[1]["python"]
+
+
+@pytest.mark.parametrize("preset", sorted(PRESETS))
+def test_every_preset_gives_a_curve_from_one_device(preset):
+    curve = predict_speedup(preset)
+    assert curve.devices == list(range(1, 9))
+    assert curve.dp[0] == pytest.approx(1) and curve.ddp[0] == pytest.approx(1)
+    assert all(s <= n + 1e-9 for n, s in zip(curve.devices, curve.ddp, strict=True))  # never better than ideal
+
+
+def test_on_8_gpus_ddp_scales_and_dp_stops_paying_off():
+    for preset in ("8 GPUs, PCIe", "8 GPUs, NVLink"):
+        curve = predict_speedup(preset)
+        assert all(ddp > dp for ddp, dp in zip(curve.ddp[1:], curve.dp[1:], strict=True))
+        assert curve.ddp[-1] > 6
+        assert 1 < curve.dp_best < 8 and curve.dp[-1] < max(curve.dp)
+    assert predict_speedup("8 GPUs, PCIe").dp_best <= predict_speedup("8 GPUs, NVLink").dp_best
+
+
+def test_replicas_sharing_one_device_never_pay_off():
+    for preset in ("laptop CPU", "one GPU"):
+        curve = predict_speedup(preset, TINY)
+        assert curve.dp_best == 1 and curve.dp_slower_than_one_device == 2
+        assert max(curve.dp[1:]) < 0.5
+
+
+def test_bad_arguments_say_what_to_pass():
+    with pytest.raises(ValueError, match="choose one of"):
+        predict_speedup("TPU pod")
+    with pytest.raises(ValueError, match="kind must be"):
+        step_time("fsdp", 2, EXAMPLE, PRESETS["one GPU"])
+    with pytest.raises(ValueError, match="whole number >= 1"):
+        step_time("dp", 0, EXAMPLE, PRESETS["one GPU"])
+
+
+def test_plot_speedup_draws_both_curves_and_marks_where_dp_peaks():
+    figure = plot_speedup("8 GPUs, PCIe")
+    assert isinstance(figure, Figure)
+    axes = figure.axes[0]
+    labels = [line.get_label() for line in axes.get_lines()]
+    assert {"DP", "DDP", "ideal: n times faster"} <= set(labels)
+    assert axes.get_xlabel() and axes.get_ylabel()
+    assert any("DP is fastest on" in text.get_text() for text in axes.texts)
+    tiny = plot_speedup("laptop CPU", TINY).axes[0]
+    assert "DP slower than one device" in tiny.get_legend_handles_labels()[1]

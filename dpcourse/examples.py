@@ -61,35 +61,22 @@ def max_weight_difference(a: nn.Module, b: nn.Module) -> float:
     return max((pa - pb).abs().max().item() for pa, pb in zip(a.parameters(), b.parameters(), strict=True))
 
 
-def train(model: nn.Module, steps: int = 20, batch: int = 10, lr: float = 0.1) -> list[float]:
-    """``steps`` of SGD with momentum on fresh seeded batches; returns the losses. Works for DataParallel too."""
-    optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
+def train(model: nn.Module, steps: int = 20, batch: int = 10, lr: float = 0.1, momentum: float = 0.9) -> list[float]:
+    """``steps`` of SGD with momentum on fresh seeded batches; returns the losses. Works for DataParallel too.
+
+    The update is written out (it is ``torch.optim.SGD(lr=lr, momentum=momentum)``'s, which a test checks):
+    the first construction of a torch optimizer imports torch._dynamo, about 2 s that a lesson cannot spare.
+    """
+    velocities = [torch.zeros_like(p) for p in model.parameters()]
     losses = []
     for step in range(steps):
         x, y = make_batch(batch, seed=100 + step)
-        optimizer.zero_grad()
+        model.zero_grad()
         loss = loss_fn(model(x), y)
         loss.backward()
-        optimizer.step()
+        with torch.no_grad():
+            for p, velocity in zip(model.parameters(), velocities, strict=True):
+                velocity.mul_(momentum).add_(p.grad)
+                p -= lr * velocity
         losses.append(loss.item())
     return losses
-
-
-class CountingNet(nn.Module):
-    """Linear + BatchNorm with plain attributes: what replicate shares, copies, or shares by reference.
-
-    ``calls += 1`` in forward is lost under DataParallel with 2+ devices (it rebinds the name on a
-    throwaway replica); ``seen.append`` is not (every replica holds the same list).
-    """
-
-    def __init__(self, features: int = 3) -> None:
-        super().__init__()
-        self.fc = nn.Linear(features, features)
-        self.bn = nn.BatchNorm1d(features)
-        self.calls = 0
-        self.seen: list[int] = []
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        self.calls += 1
-        self.seen.append(x.shape[0])
-        return self.bn(self.fc(x))

@@ -112,6 +112,7 @@ def gather(outputs: Sequence[Any], target_device: DeviceLike, dim: int = 0) -> A
     def gather_map(outputs: Sequence[Any]) -> Any:
         out = outputs[0]
         if isinstance(out, torch.Tensor):
+            _check_all_tensors(outputs)
             return Gather.apply(target_device, dim, *outputs)
         if out is None:
             return None
@@ -131,6 +132,15 @@ def gather(outputs: Sequence[Any], target_device: DeviceLike, dim: int = 0) -> A
         if record:
             record.bytes_copied = bytes_of(outputs)
         return gather_map(outputs)
+
+
+def _check_all_tensors(outputs: Sequence[Any]) -> None:
+    for i, out in enumerate(outputs):
+        if not isinstance(out, torch.Tensor):
+            raise TypeError(
+                f"Cannot gather: replica 0 returned a tensor but replica {i} returned {type(out).__name__}. "
+                f"Every replica must return the same kind of output."
+            )
 
 
 def _check_same_keys(outputs: Sequence[dict]) -> None:

@@ -19,3 +19,15 @@ def test_data_parallel_training_matches_the_oracle():
     torch.testing.assert_close(dp_losses, oracle_losses)
     assert examples.max_weight_difference(model, oracle) < 1e-6
     assert examples.max_grad_difference(model, oracle) < 1e-6
+
+
+def test_train_is_torch_sgd_with_momentum():
+    model, reference = examples.make_model(), examples.make_model()
+    examples.train(model, steps=3)
+    optimizer = torch.optim.SGD(reference.parameters(), lr=0.1, momentum=0.9)
+    for step in range(3):
+        x, y = examples.make_batch(10, seed=100 + step)
+        optimizer.zero_grad()
+        examples.loss_fn(reference(x), y).backward()
+        optimizer.step()
+    assert examples.max_weight_difference(model, reference) < 1e-6

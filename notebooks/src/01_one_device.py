@@ -70,7 +70,7 @@ dpcourse.devices(3)
 # module once on the whole batch (`torch/nn/parallel/data_parallel.py`, `__init__`: no device type found →
 # `device_ids = []`). See it:
 
-# %%
+# %% tags=["nbval-ignore-output"]
 torch_dp = torch.nn.DataParallel(examples.make_model())
 print("torch's device_ids without a GPU:", torch_dp.device_ids if not torch.cuda.is_available() else "(GPU present)")
 

@@ -1,0 +1,203 @@
+# %% [markdown]
+# # 00 · Start here: what DataParallel does, and how this course works
+#
+# **After this lesson you will be able to explain**
+# - what data parallelism is, and why this course teaches `DataParallel` although torch recommends
+#   `DistributedDataParallel`;
+# - the four steps of every DataParallel forward, in order, and what each one does in backward;
+# - which devices the course runs on here, and what CPU devices can and cannot show;
+# - how lessons, quizzes, solutions and your saved progress work.
+
+# %%
+import inspect
+import re
+from itertools import groupby
+
+import torch
+
+import dpcourse
+from dpcourse import examples, quiz, widgets
+
+# %% [markdown]
+# ## What DataParallel is for
+# **Data parallelism** runs the *same* model on several devices at once, each device on a *different slice* of
+# the batch, and then combines the slices' gradients into the single update the whole batch would have given.
+# The model is never split; the batch is. `torch.nn.DataParallel` does this inside one Python process: "the
+# module is replicated on each device, and each replica handles a portion of the input. During the backwards
+# pass, gradients from each replica are summed into the original module" (docstring of
+# `torch/nn/parallel/data_parallel.py`).
+#
+# The same docstring carries a warning: "It is recommended to use DistributedDataParallel, instead of this
+# class, to do multi-GPU training, even if there is only a single node." The DDP tutorial
+# (pytorch/tutorials, `intermediate_source/ddp_tutorial.rst`) gives the reasons: DataParallel is "usually
+# slower than DDP even on a single machine due to GIL contention across threads, per-iteration replicated
+# model, and additional overhead introduced by scattering inputs and gathering outputs". Lessons 09 and 10
+# measure them. This course still starts with DataParallel because its four steps are the clearest picture of
+# data parallelism there is: one process, one function call, and you can stop after each step and look at
+# every chunk, copy and gradient. DDP does the same arithmetic, spread over processes (lesson 10).
+
+# %% [markdown]
+# ## The four steps
+# Every DataParallel forward is four steps. Before you look, put them in order:
+
+# %%
+quiz.ask("00-four-steps")
+
+# %% [markdown]
+# Here is one training step of the course's model on 3 devices, recorded with `dpcourse.trace()`. Each replica's
+# run inside `parallel_apply` is recorded as a `forward` span; consecutive spans of the same step are counted.
+
+# %%
+def in_order(spans):
+    runs = [(step, len(list(group))) for step, group in groupby(s.step for s in spans)]
+    return " → ".join(step if n == 1 else f"{step} ×{n}" for step, n in runs)
+
+
+model = examples.make_model()
+x, y = examples.make_batch(10)
+dp = dpcourse.DataParallel(model, devices=dpcourse.devices(3))
+with dpcourse.trace() as t:
+    loss = examples.loss_fn(dp(x), y)
+    loss.backward()
+first_backward = next(i for i, s in enumerate(t.spans) if s.step == "gather-backward")
+print("forward: ", in_order(t.spans[:first_backward]))
+print("backward:", in_order(t.spans[first_backward:]))
+
+# %% [markdown]
+# | step | forward | backward |
+# |---|---|---|
+# | **scatter** | split the batch into chunks with `torch.chunk`, chunk i for device i | concatenate the chunks' gradients (only when the input needs one; here it does not) |
+# | **replicate** | copy the model onto every device that got a chunk | **reduce-add**: sum the copies' gradients into the model's `.grad` |
+# | **parallel_apply** | run replica i on chunk i, one thread per replica | each replica's own backward, through autograd |
+# | **gather** | concatenate the outputs on one device | **gather-backward**: split the output's gradient back to the replicas |
+#
+# torch's `DataParallel.forward` and dpcourse's call the four steps in the same order, on the same arguments
+# (torch names the devices `device_ids`). Note `[: len(inputs)]`: scatter runs first because the number of
+# chunks decides how many replicas are built.
+
+# %%
+def step_lines(forward):
+    pattern = r"self\.(scatter|replicate|parallel_apply|gather)\("
+    return [line.strip() for line in inspect.getsource(forward).splitlines() if re.search(pattern, line)]
+
+
+pairs = zip(step_lines(torch.nn.DataParallel.forward), step_lines(dpcourse.DataParallel.forward))
+print("\n\n".join(f"torch:    {theirs}\ndpcourse: {ours}" for theirs, ours in pairs))
+
+# %% [markdown]
+# **The guided tour.** The explorer below runs one real training step and keeps every intermediate tensor.
+# Click **Next** to walk through it stage by stage (inputs, scatter, replicate, parallel_apply, gather, loss,
+# backward, reduce-add, optimizer step), and move the sliders to change the number of devices or the batch.
+# It needs a running kernel: run the cell first.
+
+# %%
+widgets.StepThrough(devices=4, batch=10)
+
+# %% [markdown]
+# ## Your devices
+# `torch.nn.DataParallel` needs GPUs. What does it do on a laptop without one?
+
+# %%
+quiz.ask("00-laptop-passthrough")
+
+# %% [markdown]
+# The cell below prints what *your* machine has, so its output differs from machine to machine. Without a
+# GPU, torch's wrapper keeps `device_ids = []` and its forward just calls your model
+# (`torch/nn/parallel/data_parallel.py`, `__init__` and `forward`). The stored output was made on a CPU-only
+# machine.
+
+# %% tags=["nbval-ignore-output"]
+print("GPUs visible to torch:         ", torch.cuda.device_count())
+print("torch.nn.DataParallel device_ids:", torch.nn.DataParallel(examples.make_model()).device_ids)
+print("dpcourse.devices(3):           ", dpcourse.devices(3))
+
+# %% [markdown]
+# That is why the course has its own implementation. `dpcourse.devices(n)` returns n devices for n replicas,
+# in one of three modes (`dpcourse/devices.py`):
+#
+# - **n GPUs or more**: one replica per GPU, the real thing;
+# - **fewer GPUs**: replicas share the GPUs round-robin; every copy, thread and sum happens, with no speed-up;
+# - **no GPU**: n CPU "devices": every replica is a real copy of the parameters, run in its own thread.
+#
+# CPU devices show everything DataParallel *computes*: how the batch is cut, the copies and which memory they
+# share, lost attribute updates, the gradient sum, the threads. They cannot show what depends on separate
+# memories: device-mismatch errors (all CPU memory is one device), the cost of moving data between GPUs, GPU
+# speed, or device 0 filling up. The lessons say so each time. Setting the environment variable
+# `DPCOURSE_DEVICES=cpu` gives CPU devices on a GPU machine too; the tests do, so the stored outputs match
+# everywhere.
+
+# %% [markdown]
+# ## How the course works
+# | lesson | what it is about |
+# |---|---|
+# | [00 Start here](00_start_here.ipynb) | this page: the four steps, your devices, how the course works |
+# | [01 One device](01_one_device.ipynb) | the training step we parallelise, and the one-device oracle every result is checked against |
+# | [02 Scatter](02_scatter.ipynb) | how the batch is cut: the `torch.chunk` rule, nested inputs, keyword arguments |
+# | [03 Replicate](03_replicate.ipynb) | shallow copies of the model, replica 0's shared memory, lost attribute updates, BatchNorm |
+# | [04 parallel_apply](04_parallel_apply.ipynb) | one thread per replica; grad mode and autocast in threads; errors from a replica |
+# | [05 Gather](05_gather.ipynb) | concatenating outputs, nested outputs, scalar losses, where the output lands |
+# | [06 Backward](06_backward.ipynb) | gradients split back and summed; why the sum is right; the mean-of-means pitfall |
+# | [07 End to end](07_end_to_end.ipynb) | a training loop, checkpoints, placement, `output_device`, unlucky batches, RNNs |
+# | [08 Myths](08_myths.ipynb) | popular claims about DataParallel, run and corrected |
+# | [09 Performance](09_performance.ipynb) | where the time goes, replication, the GIL, device 0, scaling |
+# | [10 DDP bridge](10_ddp_bridge.ipynb) | from threads to processes: what DistributedDataParallel does differently |
+# | [11 Review](11_review.ipynb) | a mixed quiz, a recap table of the four steps, your progress |
+#
+# - **Predict, then run.** A quiz asks before the cell that shows the answer. Pick an answer and press
+#   *Check my answer*: only then do the explanation and a *Run the experiment* button appear, which runs
+#   dpcourse and measures the answer.
+# - **Exercises** end every lesson. Their solution cells are collapsed (click the cell's bar or its `…` to open
+#   one); try first, then run the check cell below it.
+# - **Your answers are saved** in `~/.dpcourse/progress.json` (or the file named by the environment variable
+#   `DPCOURSE_PROGRESS`), outside the repository. Nothing is written until you submit an answer: opening or
+#   running a lesson writes nothing. See it on a scratch file:
+
+# %%
+import tempfile
+from pathlib import Path
+
+with tempfile.TemporaryDirectory() as folder:
+    scratch = Path(folder) / "progress.json"
+    question = quiz.ask("00-four-steps", progress=quiz.Progress(scratch))
+    print("after showing the question: file exists =", scratch.exists())
+    question.choice.value = question.question.answer
+    question.submit_button.click()
+    print("after submitting an answer: file exists =", scratch.exists())
+
+# %% [markdown]
+# ## Your progress
+# Your answers so far, per lesson (read from your progress file, so this output is yours; press *Refresh*
+# after answering more).
+
+# %% tags=["nbval-ignore-output"]
+quiz.ProgressSummary()
+
+# %% [markdown]
+# ## Summary
+# - Data parallelism: the same model on every device, a different slice of the batch on each, the gradients
+#   combined (DataParallel sums them into the original model).
+# - torch recommends DistributedDataParallel; DataParallel is the clearest place to see the idea.
+# - One forward is scatter → replicate → parallel_apply → gather; backward runs the mirror image, ending in a sum.
+# - Without a GPU, `torch.nn.DataParallel` is a pass-through; `dpcourse.devices(n)` gives n CPU devices instead.
+#
+# ## Exercises
+# 1. With a batch of 5 rows on 4 devices, how many replica forwards run? Count the `forward` spans of a trace.
+# 2. With a single device, DataParallel takes a shortcut. Which steps does a trace record then?
+
+# %% tags=["solution"]
+with dpcourse.trace() as t1:
+    dpcourse.DataParallel(examples.make_model(), devices=dpcourse.devices(4))(examples.make_batch(5)[0])
+replica_forwards = len(t1.steps("forward"))
+
+# %%
+assert replica_forwards == 3, "5 rows make chunks of 2, 2, 1: three replicas run and the fourth device idles"
+print("exercise 1:", replica_forwards, "replicas ran")
+
+# %% tags=["solution"]
+with dpcourse.trace() as t2:
+    dpcourse.DataParallel(examples.make_model(), devices=dpcourse.devices(1))(x)
+single_device_steps = [s.step for s in t2.spans]
+
+# %%
+assert single_device_steps == ["scatter"], single_device_steps
+print("exercise 2: only", single_device_steps, "- then the model itself is called: no replicate, no threads, no gather")

@@ -1,0 +1,435 @@
+# %% [markdown]
+# # 07 · End to end: training, checkpoints, and the errors people meet
+#
+# **After this lesson you will be able to explain**
+# - why a DataParallel training loop tracks the one-device loop step for step, and what the optimizer updates;
+# - why checkpoints gain a `module.` prefix, and the two ways to load them into a bare model;
+# - the "module must have its parameters and buffers on device" error, and when it is raised;
+# - where the outputs (and so the loss) land, and where the gradients land;
+# - which batch sizes break BatchNorm or keyword arguments, and how to avoid them;
+# - the two fixes every LSTM under DataParallel needs.
+
+# %%
+import warnings
+
+import torch
+from torch import nn
+from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+
+import dpcourse
+from dpcourse import examples, quiz
+
+# Replicas that return a scalar get lesson 05's "all input tensors were scalars" warning; it is known here.
+warnings.filterwarnings("ignore", message="Was asked to gather along dimension 0")
+x, y = examples.make_batch(10)
+
+# %% [markdown]
+# ## A training loop
+# `examples.train` is an ordinary loop: 20 steps on fresh seeded batches of 10 (zero_grad, forward, loss,
+# backward, step), where the step is `torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)`'s update written
+# out in `dpcourse/examples.py` (a test checks the two agree; torch's optimizer would cost this lesson ~2 s of
+# first-use imports). Give it DataParallel on 3 devices, then the oracle:
+
+# %%
+model = examples.make_model()
+oracle = examples.twin(model)
+dp = dpcourse.DataParallel(model, devices=dpcourse.devices(3))
+dp_losses = examples.train(dp, steps=20)
+oracle_losses = examples.train(oracle, steps=20)
+print("DataParallel, loss every 5th step:", [round(v, 4) for v in dp_losses[::5]])
+print("oracle,       loss every 5th step:", [round(v, 4) for v in oracle_losses[::5]])
+print(f"after 20 steps: max |weight difference| = {examples.max_weight_difference(model, oracle):.0e}")
+
+# %% [markdown]
+# The two runs stay together to float rounding (below 1e-7), momentum and all. The optimizer updates
+# `dp.parameters()`, and those are your model's own parameters: DataParallel registers the model as its
+# submodule and owns no other parameters.
+
+# %%
+print("dp.parameters() are the model's parameters:",
+      all(p is q for p, q in zip(dp.parameters(), model.parameters(), strict=True)))
+
+# %% [markdown]
+# So one step is: outputs concatenated on `devices[0]` (lesson 05), the loss computed there, the replicas'
+# gradients summed into those parameters (lesson 06), and the optimizer updating them, with one set of momentum
+# buffers. The next forward copies the updated weights to the replicas again (lesson 03). There are no
+# per-replica optimizers and nothing to keep in sync.
+
+# %% [markdown]
+# ## Checkpoints and the module. prefix
+# Save a checkpoint of `dp` and load it into the bare model, for inference on one device. Predict the keys first:
+
+# %%
+quiz.ask("07-state-dict-keys")
+
+# %%
+print("dp.state_dict() keys:", list(dp.state_dict()))
+try:
+    examples.make_model().load_state_dict(dp.state_dict())
+except RuntimeError as error:
+    print(error)
+
+# %% [markdown]
+# The wrapped model is the submodule called `module`, so every key gains `module.`. This is deliberate:
+# "We considered hiding the `module.` prefix in case of DataParallel, but concluded that we want to it behave
+# like a regular module" (apaszke, pytorch/pytorch#3805). Two fixes, both loading cleanly:
+
+# %%
+from torch.nn.modules.utils import consume_prefix_in_state_dict_if_present
+
+bare = examples.make_model()
+bare.load_state_dict(dp.module.state_dict())  # 1. save the wrapped model's own state_dict
+state = dp.state_dict()
+consume_prefix_in_state_dict_if_present(state, "module.")  # 2. or strip the prefix when loading (in place)
+bare.load_state_dict(state)
+print("keys after stripping:", list(state))
+
+# %% [markdown]
+# A common guard, "wrap only when there are several GPUs", makes the keys depend on the machine that saved
+# the checkpoint. DataParallel on one device runs fine, and it adds the prefix like any other; so does torch's
+# own DataParallel on this GPU-less machine, where it only passes the batch through:
+
+# %%
+one = dpcourse.DataParallel(examples.make_model(), devices=dpcourse.devices(1))
+print("one device runs:", list(one(x).shape), "| keys:", list(one.state_dict())[:2])
+print("torch.nn.DataParallel keys:", list(torch.nn.DataParallel(examples.make_model()).state_dict())[:2])
+
+# %% [markdown]
+# Save `dp.module.state_dict()` every time, and the checkpoint loads anywhere.
+
+# %% [markdown]
+# ## The model must be on devices[0]
+# The master parameters live on `devices[0]`, and replica 0 computes with them directly (lesson 03); the
+# other replicas are copied from there at every forward:
+
+# %%
+replicas = dpcourse.replicate(model, dpcourse.devices(2))
+same_memory = replicas[0][0].weight.data_ptr() == model[0].weight.data_ptr()
+print("replica 0 computes with the master weight's memory:", same_memory)
+
+# %% [markdown]
+# So before anything else, every forward checks that all parameters and buffers are on `devices[0]`
+# (`torch/nn/parallel/data_parallel.py: DataParallel.forward`). When, exactly?
+
+# %%
+quiz.ask("07-placement")
+
+# %% [markdown]
+# CPU devices are all the same device, so a real mismatch cannot happen here. The `meta` device (tensors with a
+# shape but no data) stands in for "another device": move the last layer there, as if it had been added after
+# the model was moved.
+
+# %%
+model = examples.make_model()
+model[2].to("meta")
+dp = dpcourse.DataParallel(model, devices=dpcourse.devices(2))  # wrapping checks nothing
+print("wrapped without complaint")
+try:
+    dp(x)
+except RuntimeError as error:
+    print(error)
+
+# %% [markdown]
+# torch's message is nearly the same, for example "module must have its parameters and buffers on device cuda:0
+# (device_ids[0]) but found one of them on device: cuda:1" for a model put on the second GPU, or "...: cpu" for
+# one never moved (replicate/cog#971, google-research/big_transfer#73). To run on GPUs 1 and 2, do not pass
+# `device_ids=[1, 2]` with a model on `cuda:0`; the maintainers' advice is `CUDA_VISIBLE_DEVICES=1,2 python
+# train.py`, so that they become `cuda:0` and `cuda:1` and the defaults line up (pytorch/pytorch#2612).
+#
+# Because the check runs at forward time, moving the model *after* wrapping is fine; the check was moved from
+# `__init__` to `forward` for exactly that (pytorch/pytorch#17363), and the official tutorial does
+# `model = nn.DataParallel(model)` and then `model.to(device)` (pytorch/tutorials,
+# `beginner_source/blitz/data_parallel_tutorial.py`). Meta tensors hold no data, so here moving back
+# means allocating on the CPU and loading the weights again; on a GPU it is just `dp.to("cuda:0")`:
+
+# %%
+dp.to_empty(device="cpu")
+dp.module.load_state_dict(examples.make_model().state_dict())
+print("after the move, forward works and matches:", torch.allclose(dp(x), examples.make_model()(x)))
+
+# %% [markdown]
+# Only with a single device does DataParallel move the module for you, in `__init__`
+# (`if len(self.device_ids) == 1: self.module.to(self.src_device_obj)`; dpcourse does the same). The check
+# covers parameters and buffers, the tensors `.to()` moves; a plain tensor attribute is neither:
+
+# %%
+quiz.ask("07-plain-tensor-stays")
+
+# %%
+class WithStats(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = nn.Linear(2, 2)
+        self.register_buffer("counts", torch.zeros(2))
+        self.stats = torch.zeros(2)  # a plain tensor attribute
+
+
+stats_model = WithStats().to("meta")
+print("parameter:", stats_model.linear.weight.device, "| buffer:", stats_model.counts.device,
+      "| plain tensor attribute:", stats_model.stats.device)
+
+# %% [markdown]
+# ## output_device
+# Gather puts the outputs on `output_device`, which defaults to `devices[0]`. The loss is computed wherever the
+# output is, so the targets must go there too. The gradients do not follow it: `Broadcast.backward` sums them
+# onto the device of the original parameters (`ctx.input_device`), which is `devices[0]`
+# (`torch/nn/parallel/_functions.py`). That is why a model on `cuda:2` with `device_ids=[2, 0, 1]` and
+# `output_device=1` works: parameters and gradients on `cuda:2`, outputs and loss on `cuda:1` (that takes three
+# GPUs; here it rests on the source).
+
+# %%
+dp = dpcourse.DataParallel(examples.make_model(), devices=dpcourse.devices(2), output_device="cpu")
+out = dp(x)
+loss = examples.loss_fn(out, y.to(out.device))
+loss.backward()
+print("output_device:", dp.output_device, "| output on:", out.device, "| loss on:", loss.device,
+      "| grads on:", dp.module[0].weight.grad.device)
+
+# %% [markdown]
+# On CPU devices every one of these is `cpu`; what matters is where each comes from. On GPUs, device 0 holds the
+# master parameters, their gradients and the optimizer state, and also the outputs and the loss unless you move
+# `output_device` (lesson 09 measures it).
+#
+# One difference from torch: there `output_device` must be a GPU. `DataParallel.__init__` passes it through
+# `torch._utils._get_device_index(output_device, True)`, which rejects `"cpu"` (only the deprecated `-1` means
+# the CPU):
+
+# %%
+from torch._utils import _get_device_index
+
+try:
+    _get_device_index("cpu", True)
+except ValueError as error:
+    print("torch:", error)
+
+# %% [markdown]
+# ## Batches that chunk unluckily
+# DataParallel itself copes with any batch size, and the model does not have to know it is being split: the
+# unchanged running example matches the oracle on 10 rows over 4 devices (lesson 06 also tried 7 and 13). The
+# chunks are uneven, though; the trace shows how many rows each replica ran:
+
+# %%
+model = examples.make_model()
+oracle = examples.twin(model)
+with dpcourse.trace() as t:
+    examples.loss_fn(dpcourse.DataParallel(model, devices=dpcourse.devices(4))(x), y).backward()
+examples.loss_fn(oracle(x), y).backward()
+print("rows per replica:", [span.shapes[0][0] for span in sorted(t.steps("forward"), key=lambda s: s.replica)])
+print(f"max |grad difference| vs the oracle: {examples.max_grad_difference(model, oracle):.0e}")
+
+# %% [markdown]
+# Replica 3 does a third of the others' work, and `parallel_apply` waits for every replica (lesson 04), so the
+# other devices set the pace. Nothing breaks until code looks across the batch, or the loss is averaged per
+# replica. A recap of lesson 06:
+
+# %%
+quiz.ask("07-lone-sample-weight")
+
+# %%
+class ChunkMean(nn.Module):
+    def forward(self, per_sample_losses):
+        return per_sample_losses.mean()
+
+
+per_sample = torch.ones(10, requires_grad=True)
+dpcourse.DataParallel(ChunkMean(), devices=dpcourse.devices(4))(per_sample).mean().backward()
+print("weight of each sample's loss:", [f"1/{round(1 / w)}" for w in per_sample.grad.tolist()])
+
+# %% [markdown]
+# Layers that look across the batch are the other trap: BatchNorm in training mode needs more than one row.
+
+# %%
+quiz.ask("07-batchnorm-last-chunk")
+
+# %%
+print("one device, all 10 rows:", list(examples.make_model(batchnorm=True)(x).shape))
+try:
+    dpcourse.DataParallel(examples.make_model(batchnorm=True), devices=dpcourse.devices(4))(x)
+except ValueError as error:
+    lines = str(error).strip().splitlines()
+    print(lines[0], "...", lines[-1], sep="\n")
+
+# %% [markdown]
+# The same model runs on one device with all 10 rows; only the 1-row chunk fails. Arguments are the third trap:
+# every tensor argument is split along dim 0, also one that is not a batch. A 1-element tensor gives one chunk,
+# so replicas 1 to 3 are called without it:
+
+# %%
+class Scaled(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.net = examples.make_model()
+
+    def forward(self, x, temperature):
+        return self.net(x) / temperature
+
+
+try:
+    dpcourse.DataParallel(Scaled(), devices=dpcourse.devices(4))(x, temperature=torch.tensor([2.0]))
+except TypeError as error:
+    lines = str(error).strip().splitlines()
+    print(lines[0], "...", lines[-1], sep="\n")
+
+# %% [markdown]
+# (torch 2.13 fails on this call too, with an `AssertionError` instead: "The number of modules 4 is not equal
+# to the number of kwargs_tup 1", see lesson 02.) A Python number is not split, but it causes the mirror image
+# when the batch is smaller than the device count: the number goes to all 4 replicas, one row makes one chunk,
+# and replicas 1 to 3 get `temperature` without `x` (pytorch/pytorch#31460, still open; torch 2.13 pads the same way):
+
+# %%
+try:
+    dpcourse.DataParallel(Scaled(), devices=dpcourse.devices(4))(x[:1], temperature=2.0)
+except TypeError as error:
+    lines = str(error).strip().splitlines()
+    print(lines[0], "...", lines[-1], sep="\n")
+
+# %% [markdown]
+# The same "missing argument" was reported for 9 rows on 4 GPUs (pytorch/pytorch#15161, 2018); today the fourth
+# device just sits idle when all arguments are batch tensors (lesson 02). A warning for batches smaller than the
+# GPU count was asked for and declined, because last batches are often small (#9226). The fixes:
+# - `drop_last=True` in the `DataLoader`, so that no epoch ends on a short batch;
+# - a batch size that is a multiple of the number of devices, with at least 2 rows per device for BatchNorm;
+# - values that are not per sample passed as Python numbers (shared by reference, lesson 02), or given a batch
+#   dimension.
+
+# %%
+data = torch.utils.data.TensorDataset(*examples.make_batch(22))
+loader = torch.utils.data.DataLoader(data, batch_size=8, drop_last=True)
+print("batch sizes:", [len(xb) for xb, _ in torch.utils.data.DataLoader(data, batch_size=8)],
+      "| with drop_last=True:", [len(xb) for xb, _ in loader])
+bn_dp = dpcourse.DataParallel(examples.make_model(batchnorm=True), devices=dpcourse.devices(4))
+print("BatchNorm with 8 rows on 4 devices:", [list(bn_dp(xb).shape) for xb, _ in loader])
+scaled_dp = dpcourse.DataParallel(Scaled(), devices=dpcourse.devices(4))
+print("temperature as a float:", list(scaled_dp(x, temperature=2.0).shape))
+
+# %% [markdown]
+# ## RNNs and packed sequences
+# Two LSTM habits meet DataParallel.
+#
+# **Weights in one block.** cuDNN wants an RNN's weights in one contiguous buffer; replicate copies them into
+# new tensors for replicas 1, 2, …, so on GPUs the LSTM warns "RNN module weights are not part of single
+# contiguous chunk of memory. This means they need to be compacted at every call, possibly greatly increasing
+# memory usage. To compact weights again call flatten_parameters()." (the text users meet, pytorch/examples#248;
+# under DataParallel, allenai/allennlp#2793). The fix is a call to `self.lstm.flatten_parameters()` at the start
+# of `forward`. The warning comes from the cuDNN code path, so CPU devices never show it, and on the CPU the
+# call is a no-op (its docstring says so, `torch/nn/modules/rnn.py: RNNBase.flatten_parameters`).
+#
+# **Padding to the longest sequence.** pack → LSTM → `pad_packed_sequence` pads the output to the longest
+# sequence the function sees, and each replica sees only its own chunk:
+
+# %%
+class Tagger(nn.Module):
+    """pack -> LSTM -> unpack: the usual way to run an LSTM over padded sequences of different lengths."""
+
+    def __init__(self, total_length=False):
+        super().__init__()
+        self.lstm = nn.LSTM(3, 2, batch_first=True)
+        self.total_length = total_length
+
+    def forward(self, x, lengths):
+        self.lstm.flatten_parameters()  # keeps cuDNN's one-block weight layout on GPUs; a no-op on the CPU
+        packed = pack_padded_sequence(x, lengths.cpu(), batch_first=True, enforce_sorted=False)
+        out, _ = self.lstm(packed)
+        pad_to = x.size(1) if self.total_length else None
+        return pad_packed_sequence(out, batch_first=True, total_length=pad_to)[0]
+
+
+sequences = torch.randn(4, 6, 3, generator=torch.Generator().manual_seed(0))  # 4 sequences padded to 6 steps
+lengths = torch.tensor([6, 4, 3, 2])
+torch.manual_seed(0)
+try:
+    dpcourse.DataParallel(Tagger(), devices=dpcourse.devices(2))(sequences, lengths)
+except ValueError as error:
+    print(error)
+
+# %% [markdown]
+# Replica 0 got lengths 6 and 4 and padded to 6 steps; replica 1 got 3 and 2 and padded to 3, and outputs of
+# different lengths cannot be concatenated (torch's gather says "Input tensor at index 1 has invalid shape").
+# `total_length=x.size(1)` makes every replica pad to the input's length (requested for exactly this case in
+# pytorch/pytorch#6299, added by PR #6327):
+
+# %%
+torch.manual_seed(0)
+tagger = Tagger(total_length=True)
+out = dpcourse.DataParallel(tagger, devices=dpcourse.devices(2))(sequences, lengths)
+print("output:", list(out.shape), "| equals one device:", torch.allclose(out, tagger(sequences, lengths), atol=1e-6))
+
+# %% [markdown]
+# Two more LSTM traps come from scatter splitting every tensor on dim 0. An initial state `(h0, c0)` has the
+# batch on dim 1 (layers, batch, hidden), so passing it as an argument splits the *layers*:
+
+# %%
+class WithState(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lstm = nn.LSTM(3, 2, num_layers=2, batch_first=True)
+
+    def forward(self, x, h0, c0):
+        return self.lstm(x, (h0, c0))[0]
+
+
+h0 = torch.zeros(2, 4, 2)  # (layers, batch, hidden)
+try:
+    dpcourse.DataParallel(WithState(), devices=dpcourse.devices(2))(sequences, h0, h0.clone())
+except RuntimeError as error:
+    lines = str(error).strip().splitlines()
+    print(lines[0], "...", lines[-1], sep="\n")
+
+# %% [markdown]
+# Pass the state batch-first and transpose it inside `forward`, or let the module make it. And a `PackedSequence`
+# cannot be the *input*: it is a namedtuple, so scatter splits each of its fields separately, and the pieces
+# no longer describe each other (supporting it is still an open request, pytorch/pytorch#31422):
+
+# %%
+packed = pack_padded_sequence(sequences, lengths, batch_first=True)
+for i, (piece,) in enumerate(dpcourse.scatter((packed,), dpcourse.devices(2))):
+    print(f"replica {i} would get {len(piece.data)} rows of data with batch_sizes {piece.batch_sizes.tolist()}"
+          f" (which describe {piece.batch_sizes.sum().item()} rows)")
+
+# %% [markdown]
+# Pack inside `forward`, as `Tagger` does.
+#
+# ## Summary
+# - A DataParallel loop tracks the one-device loop: one set of parameters, one optimizer, on `devices[0]`.
+# - `state_dict()` keys start with `module.`: save `dp.module.state_dict()`, or strip the prefix on load.
+# - Every forward checks that parameters and buffers are on `devices[0]`; wrap first and move after if you like.
+# - Outputs and loss go to `output_device`; gradients always go to `devices[0]`.
+# - Uneven chunks are fine for DataParallel, but not for BatchNorm on 1 row, for per-replica mean losses, or for
+#   non-batch tensor arguments: use `drop_last=True`, batch multiples of the device count, Python numbers.
+# - LSTMs: `flatten_parameters()` in forward, `total_length=x.size(1)` when unpacking, state and packing inside.
+#
+# ## Exercises
+# 1. Write `load_into_bare(model, state)` that loads a checkpoint saved from either `dp` or a bare model.
+# 2. What is the smallest batch of at least 10 rows with which the BatchNorm model trains on 4 devices? Find it
+#    by running, not by reasoning.
+
+# %% tags=["solution"]
+def load_into_bare(model, state):
+    state = dict(state)
+    consume_prefix_in_state_dict_if_present(state, "module.")
+    model.load_state_dict(state)
+    return model
+
+
+# %%
+wrapped = dpcourse.DataParallel(examples.make_model(seed=3), devices=dpcourse.devices(2))
+for saved in (wrapped.state_dict(), wrapped.module.state_dict()):
+    loaded = load_into_bare(examples.make_model(), saved)
+    assert examples.max_weight_difference(loaded, wrapped.module) == 0
+print("exercise 1: both checkpoints load into the bare model")
+
+# %% tags=["solution"]
+def trains_on_four_devices(batch):
+    bn_dp = dpcourse.DataParallel(examples.make_model(batchnorm=True), devices=dpcourse.devices(4))
+    try:
+        bn_dp(examples.make_batch(batch)[0])
+    except ValueError:
+        return False
+    return True
+
+
+smallest = next(batch for batch in range(10, 20) if trains_on_four_devices(batch))
+
+# %%
+assert smallest == 11, smallest
+print("exercise 2: the smallest batch from 10 up is", smallest, "->", [len(c) for c in torch.arange(smallest).chunk(4)])

@@ -80,3 +80,23 @@ def train(model: nn.Module, steps: int = 20, batch: int = 10, lr: float = 0.1, m
                 p -= lr * velocity
         losses.append(loss.item())
     return losses
+
+
+class CountingNet(nn.Module):
+    """Linear + BatchNorm with plain attributes: what replicate shares, copies, or shares by reference.
+
+    ``calls += 1`` in forward is lost under DataParallel with 2+ devices (it rebinds the name on a
+    throwaway replica); ``seen.append`` is not (every replica holds the same list).
+    """
+
+    def __init__(self, features: int = 3) -> None:
+        super().__init__()
+        self.fc = nn.Linear(features, features)
+        self.bn = nn.BatchNorm1d(features)
+        self.calls = 0
+        self.seen: list[int] = []
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.calls += 1
+        self.seen.append(x.shape[0])
+        return self.bn(self.fc(x))

@@ -102,7 +102,8 @@ class _Recorder:
                 event.record(torch.cuda.current_stream(index))
                 self.gpu_origins[index] = (self.seconds(), event)
         self.gpu_spans: list[tuple[Span, torch.cuda.Event, torch.cuda.Event]] = []
-        self.backward: dict[int, tuple[str, str, list[float | torch.cuda.Event]]] = {}  # thread, device, marks
+        # per replica forward: (replica, device, [(thread, mark)]) filled in by gradient hooks
+        self.backward: dict[int, tuple[int, str, list[tuple[str, float | torch.cuda.Event]]]] = {}
 
     def seconds(self) -> float:
         return time.perf_counter() - self.origin
@@ -139,11 +140,14 @@ class _Recorder:
         copies = [v for m in module.modules() for v in vars(m).values() if isinstance(v, torch.Tensor)]
         watched = [t for t in _tensors(output) + copies if t.requires_grad and t.grad_fn is not None]
 
+        with self.lock:
+            call = len(self.backward)  # one backward span per forward call, also over several steps
+            self.backward[call] = (replica, str(device), [])
+
         def reached(_grad: torch.Tensor) -> None:
             mark = self.mark(device)
             with self.lock:
-                thread = threading.current_thread().name
-                self.backward.setdefault(replica, (thread, str(device), []))[2].append(mark)
+                self.backward[call][2].append((threading.current_thread().name, mark))
 
         for tensor in watched:
             tensor.register_hook(reached)
@@ -154,9 +158,10 @@ class _Recorder:
             torch.cuda.synchronize()
         for span, start, end in self.gpu_spans:
             span.start, span.end = self.seconds_of(start), self.seconds_of(end)
-        for replica, (thread, device, marks) in self.backward.items():
-            times = [self.seconds_of(mark) for mark in marks]
-            self.trace.spans.append(Span("backward", min(times), max(times), thread, replica, device))
+        for replica, device, marks in self.backward.values():
+            if marks:
+                times = [self.seconds_of(mark) for _, mark in marks]
+                self.trace.spans.append(Span("backward", min(times), max(times), marks[0][0], replica, device))
         self.trace.spans.sort(key=lambda s: (s.start, -1 if s.replica is None else s.replica))
 
     def seconds_of(self, mark: float | torch.cuda.Event) -> float:

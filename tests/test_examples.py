@@ -31,3 +31,9 @@ def test_train_is_torch_sgd_with_momentum():
         examples.loss_fn(reference(x), y).backward()
         optimizer.step()
     assert examples.max_weight_difference(model, reference) < 1e-6
+
+
+def test_counting_net_loses_its_counter_but_not_its_list():
+    net = examples.CountingNet()
+    dpcourse.DataParallel(net, devices=dpcourse.devices(2))(torch.randn(6, 3))
+    assert net.calls == 0 and sorted(net.seen) == [3, 3]

@@ -73,3 +73,15 @@ def test_duration_is_first_start_to_last_end():
     assert t.start == min(s.start for s in t.spans) and t.end == max(s.end for s in t.spans)
     assert t.duration == t.end - t.start > 0
     assert Trace().duration == 0.0
+
+
+def test_each_step_gets_its_own_backward_spans():
+    model = nn.Linear(4, 2)
+    dp = dpcourse.DataParallel(model, devices=dpcourse.devices(2))
+    with dpcourse.trace() as t:
+        for _ in range(3):
+            dp(torch.randn(6, 4)).sum().backward()
+    backward, reduce = t.steps("backward"), t.steps("reduce-add")
+    assert len(backward) == 6 and len(reduce) == 3
+    for step in range(3):  # every step's backward spans end before the next step's reduce-add
+        assert all(s.end <= reduce[step].end for s in sorted(backward, key=lambda s: s.start)[2 * step : 2 * step + 2])

@@ -58,8 +58,9 @@ def free_port() -> int:
 
 
 def backend_for(world_size: int) -> str:
-    """NCCL when every local rank can have a GPU of its own; gloo (CPU) otherwise."""
-    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    """NCCL when every local rank can have a GPU of its own; gloo (CPU) otherwise or with DPCOURSE_DEVICES=cpu."""
+    use_gpus = torch.cuda.is_available() and os.environ.get("DPCOURSE_DEVICES", "").lower() != "cpu"
+    gpus = torch.cuda.device_count() if use_gpus else 0
     return "nccl" if gpus >= world_size else "gloo"
 
 

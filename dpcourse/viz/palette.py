@@ -80,9 +80,9 @@ def plural(n: int, word: str) -> str:
     return f"{n} {word}" if n == 1 else f"{n} {word}s"
 
 
-def device_label(i: int, device: torch.device | str | None = None) -> str:
-    """``"replica 1 (cpu)"``: how every figure names a replica and the device it runs on."""
-    return f"replica {i}" if device is None else f"replica {i} ({device})"
+def device_label(i: int, device: torch.device | str | None = None, unit: str = "replica") -> str:
+    """``"replica 1 (cpu)"``: how every figure names a replica (or a DDP ``unit="rank"``) and its device."""
+    return f"{unit} {i}" if device is None else f"{unit} {i} ({device})"
 
 
 def device_handles(devices: Sequence[torch.device | str | None]) -> list[Patch]:

@@ -109,11 +109,14 @@ def timeline(trace: Trace) -> Figure:
     steps = dict.fromkeys(s.step for s in trace.spans)
     replicas = {s.replica: s.device for s in trace.spans if s.replica is not None}
     handles = [Patch(color=step_color(step), label=step) for step in steps]
-    handles += [Patch(facecolor="white", edgecolor=device_color(i), hatch="//", label=device_label(i, d))
+    # A DistributedDataParallel trace (lesson 10) has one lane per process, "rank-r", instead of threads.
+    ranks = all(thread.startswith("rank-") for thread in lanes)
+    kind, unit = ("DDP", "rank") if ranks else ("DataParallel", "replica")
+    handles += [Patch(facecolor="white", edgecolor=device_color(i), hatch="//", label=device_label(i, d, unit))
                 for i, d in sorted(replicas.items())]
     legend_below(fig, handles)
     devices = sorted(set(replicas.values()))
-    fig.suptitle(f"DataParallel on {len(replicas)} replicas ({', '.join(devices)}): "
+    fig.suptitle(f"{kind} on {len(replicas)} {unit}s ({', '.join(devices)}): "
                  f"{total:.1f} ms end to end (dotted line)")
     fig.dpcourse_data = {"lanes": lanes, "critical": critical, "duration_ms": total}
     return fig

@@ -280,7 +280,8 @@ def test_constructing_an_explorer_prints_nothing_and_has_a_stable_repr(capsys, n
         explorer = EXPLORERS[name]()
     assert capsys.readouterr() == ("", "")
     assert explorer._repr_mimebundle_()["text/plain"] == repr(explorer)
-    assert re.fullmatch(rf"{name}\((\w+=[\w'\- ]+, )*\w+=[\w'\- ]+\)", repr(explorer))
+    value = r"('[\w\-, ]+'|[\w\-]+)"  # a quoted option such as '8 GPUs, PCIe', or a number
+    assert re.fullmatch(rf"{name}\((\w+={value}, )*\w+={value}\)", repr(explorer))
     assert not explorer.message.value
 
 
@@ -288,7 +289,7 @@ def test_measure_all_times_every_control_of_every_explorer(monkeypatch):
     for module in (_base, timeline_module):  # skip the PNG encoding: this checks the bookkeeping, not the speed
         monkeypatch.setattr(module, "png_bytes", lambda fig: PNG)
     results = measure_all(repeats=1, clicks=1)
-    assert set(results) == {"StepThrough", "ChunkExplorer", "GradientSum", "Timeline"}
+    assert set(results) == {"StepThrough", "ChunkExplorer", "GradientSum", "Timeline", "CostModelCalculator"}
     for name, per_control in results.items():
         assert set(per_control) == set(EXPLORERS[name]().controls)
         for stats in per_control.values():

@@ -222,3 +222,35 @@ def ddp_averages_dp_sums() -> Outcome:
         }
     )
     return Outcome(text, value)
+
+
+@experiment
+def ddp_unequal_shards() -> Outcome:
+    """Two DDP processes (simulated) with 5 and 3 of 8 rows, each a mean loss: their average vs the full batch."""
+    model, x, y = seeded_module(lambda: nn.Linear(3, 1)), seeded(8, 3), seeded(8, 1, seed=1)
+    full = _weight_grad(model, mse_loss(model(x), y))
+    shards = (slice(0, 5), slice(5, 8))
+    local = [_weight_grad(model, mse_loss(model(x[rows]), y[rows])) for rows in shards]
+    average = (local[0] + local[1]) / 2  # what DDP's all-reduce and division by 2 give
+    weighted = (5 * local[0] + 3 * local[1]) / 8
+    text = (
+        f"one device, 8 rows:                 {rounded(full)}\n"
+        f"rank 0 alone (5 rows, mean loss):   {rounded(local[0])}\n"
+        f"rank 1 alone (3 rows, mean loss):   {rounded(local[1])}\n"
+        f"DDP (simulated), (g0 + g1) / 2:     {rounded(average)}   == one device: "
+        f"{torch.allclose(average, full, atol=1e-6)}\n"
+        f"by shard size, (5 g0 + 3 g1) / 8:   {rounded(weighted)}   == one device: "
+        f"{torch.allclose(weighted, full, atol=1e-6)}"
+    )
+    value = only_true(
+        {
+            "Yes: the average of two mean-loss gradients is the full-batch gradient": torch.allclose(
+                average, full, atol=1e-6
+            ),
+            "No: rank 1's 3 samples weigh 1/6 each and rank 0's 5 samples 1/10 each, instead of 1/8": (
+                not torch.allclose(average, full, atol=1e-6) and torch.allclose(weighted, full, atol=1e-6)
+            ),
+            "No: it is twice the full-batch gradient": torch.allclose(average, 2 * full, atol=1e-6),
+        }
+    )
+    return Outcome(text, value)

@@ -3,9 +3,10 @@
 * ``StepThrough``: one DataParallel training step, stage by stage (Back / Next / Reset, devices, batch);
 * ``ChunkExplorer``: how scatter cuts a batch (batch, devices, dim), and which devices sit idle;
 * ``GradientSum``: which loss reduction keeps the gradient equal to one device's (reduction, batch, devices);
-* ``Timeline``: trace a few training steps of a small, large or many-layered model and see where time goes.
+* ``Timeline``: trace a few training steps of a small, large or many-layered model and see where time goes;
+* ``CostModelCalculator``: machine, batch, model size, link bandwidth -> DP's and DDP's predicted speed-ups.
 
-One pattern for all four: an explorer *is* an ``ipywidgets.VBox`` (see ``_base.Explorer``), so a notebook cell
+One pattern for all of them: an explorer *is* an ``ipywidgets.VBox`` (see ``_base.Explorer``), so a notebook cell
 that ends with ``StepThrough()`` shows it. Its controls are public attributes (``next_button``,
 ``batch_slider``, ``reduction_toggle``, ``run_button``, ...; ``explorer.controls`` lists them by name), so a
 plain pytest drives them with ``.click()`` and ``.value = ...`` without a kernel, and everything it shows
@@ -16,8 +17,9 @@ is printed. ``latency.measure_all()`` times every control of every explorer.
 """
 
 from .chunks import ChunkExplorer
+from .costmodel import CostModelCalculator
 from .gradients import GradientSum
 from .step_through import StepThrough
 from .timeline import Timeline
 
-__all__ = ["ChunkExplorer", "GradientSum", "StepThrough", "Timeline"]
+__all__ = ["ChunkExplorer", "CostModelCalculator", "GradientSum", "StepThrough", "Timeline"]

@@ -16,6 +16,7 @@ import ipywidgets as widgets
 
 from ._base import Explorer
 from .chunks import ChunkExplorer
+from .costmodel import CostModelCalculator
 from .gradients import GradientSum
 from .step_through import StepThrough
 from .timeline import Timeline
@@ -25,6 +26,7 @@ EXPLORERS: dict[str, Callable[[], Explorer]] = {
     "ChunkExplorer": ChunkExplorer,
     "GradientSum": GradientSum,
     "Timeline": Timeline,
+    "CostModelCalculator": CostModelCalculator,
 }
 
 

@@ -1,0 +1,425 @@
+# %% [markdown]
+# # 10 · From DataParallel to DistributedDataParallel
+#
+# **After this lesson you will be able to explain**
+# - why DistributedDataParallel (DDP) runs one process per device, and what that removes from every step;
+# - why DDP *averages* gradients where DataParallel *sums* them, and when the average is not the
+#   full-batch gradient;
+# - what DDP copies once (the parameters, when you wrap the model) and what it sends every step (gradients,
+#   and rank 0's buffers);
+# - how bucketed all-reduce lets communication overlap backward;
+# - which terms of a step's cost make DataParallel stop paying off, and how to launch DDP on one or
+#   several machines.
+#
+# Everything below runs for real: DDP from `torch`, in **2 processes on the CPU**, talking through the
+# gloo backend, started from this notebook by `dpcourse.ddp` (`dpcourse/ddp/`). The first launch starts a
+# helper process that imports torch (a few seconds); the later ones take a fraction of a second.
+
+# %%
+import dataclasses
+import inspect
+import multiprocessing
+import os
+
+from IPython.display import display
+
+import dpcourse
+from dpcourse import costmodel, ddp, examples, quiz, viz, widgets
+
+# %% [markdown]
+# ## From threads to processes
+# DataParallel is **one process**. At every forward it scatters the batch, builds a replica per device
+# and runs each in a thread of that process (lessons 02–04). DDP starts **one process per device**,
+# called a *rank*, and each rank keeps its own copy of the model for the whole run. Every rank runs the
+# same script:
+#
+# ```python
+# dist.init_process_group("gloo")          # join the others (the launcher sets RANK, WORLD_SIZE, MASTER_ADDR/PORT)
+# model = DistributedDataParallel(model)   # copies rank 0's weights and buffers to every rank, once
+# loader = DataLoader(dataset, batch_size=b, sampler=DistributedSampler(dataset))   # this rank's share
+# for x, y in loader:
+#     optimizer.zero_grad()
+#     loss_fn(model(x), y).backward()      # gradients are averaged across the ranks during backward
+#     optimizer.step()                     # every rank takes the same step on its own copy
+# ```
+#
+# That first line is the setup DataParallel never needed: DDP's constructor requires an initialised
+# process group (its docstring, `torch/nn/parallel/distributed.py`). Something must also start the
+# processes; `torchrun` does it from a shell (last section), and `ddp.launch` does the same from a
+# notebook: it starts 2 processes, sets the variables torchrun would set and calls `init_process_group`
+# in each before running any experiment (`dpcourse/ddp/launcher.py`, `_run_rank`).
+#
+# Below, `ddp.train` trains the running example's MLP (8 → 16 → 4, mean-squared-error loss) for 3 steps
+# under DDP, on 2 ranks with 8 of the 16 samples of each batch each. For comparison, one DataParallel
+# forward of the same model on 2 CPU devices, traced:
+
+# %%
+training = ddp.train(world_size=2, steps=3, batch=16, lr=0.1)
+for rank, record in enumerate(training.ranks):
+    print(f"DDP rank {rank}: a process of its own: {record['pid'] != os.getpid()}, "
+          f"device {record['device']}, process group backend {record['backend']}")
+print("the two ranks are different processes:", training.ranks[0]["pid"] != training.ranks[1]["pid"])
+
+dp = dpcourse.DataParallel(examples.make_model(), devices=dpcourse.devices(2))
+with dpcourse.trace() as t:
+    dp(examples.make_batch(8)[0])
+print("DataParallel: this process; the replicas' forwards ran in threads",
+      sorted({span.thread for span in t.steps("forward")}))
+
+# %% [markdown]
+# Separate processes mean separate Python interpreters, each with its own GIL: no replica waits for
+# another's Python (lesson 04, *Threads and the GIL*), and nothing is rebuilt at every step (lesson 09).
+# The DDP docstring says it "is proven to be significantly faster than DataParallel for single-node
+# multi-GPU data parallel training", and DataParallel's own docstring recommends DDP "to do multi-GPU
+# training, even if there is only a single node" (`torch/nn/parallel/data_parallel.py`). So the advice is
+# DDP for any number of GPUs, not only "beyond two or three".
+#
+# A rank can also fail on its own. When one raises, `ddp.launch` stops the others and raises a
+# `WorkerError` in the notebook that names the rank and carries its traceback, much as DataParallel
+# re-raises "Caught ... in replica 1" (lesson 04). Your pids and paths will differ:
+
+# %% tags=["nbval-ignore-output"]
+try:
+    ddp.crash("raise", rank=1)
+except ddp.WorkerError as error:
+    print(f"{type(error).__name__}, failing rank {error.rank}:")
+    print("\n".join(str(error).splitlines()[:9]))
+print("ranks still running:", multiprocessing.active_children())
+
+# %% [markdown]
+# ## Gradients are averaged
+# Each rank computes the loss of **its own shard** of the batch, a mean over its samples, and runs
+# backward. DDP then combines the ranks' gradients so that every rank holds the same one. How?
+
+# %%
+quiz.ask("10-ddp-averages")
+
+# %% [markdown]
+# `ddp.gradients` runs one backward on 2 ranks, 4 samples each. It first runs the same backward inside
+# `no_sync()`, which skips the communication, to show each rank's own gradient. The table shows the
+# gradient of the last layer's bias:
+
+# %%
+grads = ddp.gradients(world_size=2, batch=8)
+print(grads)
+
+# %% [markdown]
+# DDP's gradient is the **mean** of the two ranks' gradients, and it equals the single-device gradient of
+# the whole batch; the sum would be twice too big. The averaging happens inside the all-reduce: each
+# bucket of gradients is divided by the number of ranks and then summed across them. torch's reference
+# hook spells it out (`_allreduce_fut` in `torch/distributed/algorithms/ddp_comm_hooks/default_hooks.py`:
+# "Apply the division first"), and the DDP docstring warns that a *summed* loss therefore gives gradients
+# "M times smaller" than one machine with the whole batch.
+#
+# DataParallel sums instead (lesson 06), and both are right for their setting. DataParallel computes one
+# loss on the gathered output, a mean over all B samples, so each replica's gradient already carries
+# 1/B per sample and the parts add up. A DDP rank's loss is a mean over its own B/2 samples, so each
+# sample carries 2/B, and the average divides by 2 again.
+#
+# That holds when the shards are equal. What if they are not?
+
+# %%
+quiz.ask("10-unequal-shards")
+
+# %%
+unequal = ddp.gradients(world_size=2, batch=8, sizes=[5, 3])
+print(unequal)
+
+# %% [markdown]
+# With 5 and 3 samples, DDP still takes the plain mean, and that is no longer the full-batch gradient:
+# rank 1's samples count 1/6 each, rank 0's 1/10, where one device gives every sample 1/8. Weighting each
+# rank by its shard size recovers it (the last row). `DistributedSampler` avoids unequal shards by
+# repeating a few samples so that every rank gets as many (exercise 2), but batches built by a token
+# budget, common with text, still differ from rank to rank. It is the same bias as DataParallel's mean of
+# per-replica means over uneven chunks (lesson 06, *The mean-of-means pitfall*).
+#
+# Equal averaged gradients, applied by the same optimizer, keep the ranks' copies equal. DataParallel
+# has nothing to keep in sync: its replicas live for one forward. DDP's copies live for the whole run,
+# so this is what stops them from drifting apart. After each of the 3 training steps above, both ranks'
+# weights equal those of plain single-device training on the whole batch, although the ranks trained on
+# different samples (their local losses differ):
+
+# %%
+for step, difference in enumerate(training.max_diff_to_single_device()):
+    losses = [round(record["losses"][step], 4) for record in training.ranks]
+    print(f"step {step + 1}: local losses {losses}, max |w_rank - w_single_device| over both ranks {difference:.1e}")
+print("weights equal single-device training:", training.matches_single_device())
+
+# %% [markdown]
+# ## Replicated once
+# DataParallel copies the model to every device at every forward (lesson 03, *Replicated on every
+# forward*). DDP copies it once: its constructor broadcasts rank 0's parameters and buffers to the other
+# ranks (`_sync_module_states`, called from `DistributedDataParallel.__init__`). After that "parameters
+# are never broadcast between processes" (the DDP docstring); only gradients travel.
+#
+# `ddp.train` built each rank's model from a different seed on purpose, so the ranks started out
+# different. Then it wrapped them:
+
+# %%
+rank0_before = training.ranks[0]["before_wrap"]
+for rank, record in enumerate(training.ranks):
+    print(f"rank {rank}: max |w - rank 0's| before DDP(model) {(record['before_wrap'] - rank0_before).abs().max():.3f}, "
+          f"after {(record['after_wrap'] - rank0_before).abs().max():.3f}")
+print("the same parameter tensors on every rank through all 3 steps (never copied again):",
+      all(record["same_storage"] for record in training.ranks))
+
+# %% [markdown]
+# The wrap made rank 1's weights equal rank 0's. After that, each rank's optimizer updated the same
+# parameter tensors in place at every step: no rank ever received weights again.
+
+# %% [markdown]
+# ## Buffers broadcast from rank 0
+# Buffers such as BatchNorm's `running_mean` have no gradient, so averaging gradients cannot keep them in
+# step. By default DDP broadcasts rank 0's buffers **at the start of every forward**. torch 2.13 names
+# that option `forward_sync_buffers=True` and deprecates the old name `broadcast_buffers` with a
+# `FutureWarning`. The two differ when switched off: `forward_sync_buffers=False` still copies the
+# buffers once, in the constructor, while `broadcast_buffers=False` skipped that copy too
+# (`torch/nn/parallel/distributed.py`, `__init__`).
+#
+# Here the model has a BatchNorm layer, and each rank fills its `running_mean` with its own rank number
+# before wrapping. Two training steps follow, with each rank on its own shard:
+
+# %%
+print(ddp.buffers(world_size=2, sync_buffers=True))
+
+# %% [markdown]
+# After wrapping, rank 1 holds rank 0's zeros. Each forward updates the statistics from the rank's own
+# shard, so the ranks differ after forward 1. At the start of forward 2 rank 1 holds rank 0's values again:
+# its own update was overwritten. In the end only rank 0's updates carry forward, as only replica 0's do
+# under DataParallel (lesson 03). The batch statistics used to normalise are each rank's own shard's,
+# as in DataParallel; `SyncBatchNorm` computes them over the global batch (last section).
+#
+# With `forward_sync_buffers=False` each rank keeps its own statistics after the first copy:
+
+# %%
+separate = ddp.buffers(world_size=2, sync_buffers=False)
+for rank, record in enumerate(separate.ranks):
+    print(f"rank {rank}: after DDP(model) {[round(v, 4) for v in record['after_wrap'][:3].tolist()]}, "
+          f"start of forward 2 {[round(v, 4) for v in record['at_start'][1][:3].tolist()]}")
+
+# %% [markdown]
+# ## Bucketed all-reduce
+# How do the gradients get averaged without waiting for the whole backward? DDP's C++ `Reducer`
+# (`torch/csrc/distributed/c10d/reducer.cpp`) does four things, and `ddp.GradientBuckets` does the same
+# in about 60 lines of Python (`dpcourse/ddp/reducer.py`):
+#
+# 1. group the parameters into **buckets** of about 25 MiB (the first one 1 MiB), last layers first,
+#    because backward produces their gradients first. (In the very first backward DDP uses a single
+#    bucket, then rebuilds the buckets in the order the gradients really arrived:
+#    `DistributedDataParallel._ddp_init_helper` and `Reducer::rebuild_buckets`.);
+# 2. put a hook on every parameter that fires when its gradient is ready;
+# 3. when a bucket's last gradient arrives, flatten the bucket, divide it by the number of ranks and
+#    start an **asynchronous** `all_reduce`, which sums it across the ranks while backward goes on;
+# 4. after backward, wait for every bucket and copy the averages back into `.grad`.
+#
+# Buckets start strictly in order, because ranks match collectives by the order they are called in.
+# This is the hook:
+
+# %%
+print(inspect.getsource(ddp.GradientBuckets._gradient_ready))
+
+# %% [markdown]
+# The lesson's model has only 848 bytes of gradients, so `bucket_bytes=300` is used to get several buckets.
+# `ddp.check_buckets` runs one backward with real DDP and one with `GradientBuckets` on every rank and
+# compares the gradients:
+
+# %%
+print(ddp.check_buckets(world_size=2, batch=8, bucket_bytes=300))
+
+# %% [markdown]
+# The same gradients as DDP's. The first two all-reduces started while backward still had gradients to
+# produce: communication overlapped computation. DataParallel cannot do that: its reduce-add runs in
+# `Broadcast.backward`, once every replica's gradients are in (lesson 06).
+
+# %% [markdown]
+# ## Timelines side by side
+# The same training, traced both ways: the MLP widened to 4 layers of 512 (about 2 MiB of gradients), a
+# batch of 64, 2 steps on 2 DDP ranks with 1 MiB buckets, and one step on 2 DataParallel CPU devices (every
+# DataParallel step looks the same). Each DDP rank records its own spans; an all-reduce span starts when
+# its bucket is full and ends when the average has arrived (`dpcourse/ddp/timelines.py`). The top lane,
+# the critical path, is drawn for one step: for DDP it shows the one-time `replicate` and the last step.
+# The figures show the stored run; yours will differ in the details:
+
+# %% tags=["nbval-ignore-output"]
+ddp_trace = ddp.timeline(world_size=2, steps=2, batch=64, hidden=512, depth=4, bucket_cap_mb=1.0)
+ddp_figure = viz.timeline(ddp_trace)
+ddp_figure.suptitle(f"DDP, 2 ranks (processes): 2 steps, {ddp_trace.duration * 1e3:.1f} ms end to end (dotted line)")
+dp_trace = ddp.dp_timeline(n=2, steps=1, batch=64, hidden=512, depth=4)
+display(ddp_figure, viz.timeline(dp_trace))
+
+# %% [markdown]
+# What the figures show, counted from the traces:
+
+# %%
+for rank in (0, 1):
+    spans = [span for span in ddp_trace.spans if span.replica == rank]
+    backwards = [span for span in spans if span.step == "backward"]
+    buckets = [span.bytes_copied for span in spans if span.step == "allreduce"]
+    print(f"DDP rank {rank}: replicate x{sum(s.step == 'replicate' for s in spans)}, "
+          f"forward x{sum(s.step == 'forward' for s in spans)}, all-reduced buckets (bytes) {buckets}; "
+          f"each all-reduce started inside a backward: "
+          f"{all(any(b.start <= s.start <= b.end for b in backwards) for s in spans if s.step == 'allreduce')}")
+print(f"DataParallel, one step: {sorted({span.step for span in dp_trace.spans})}")
+print(f"  in the threads {sorted({span.thread for span in dp_trace.spans})}")
+
+# %% [markdown]
+# - **DDP**: two processes, one lane each. `replicate` (the constructor's broadcast) happens once; each
+#   step is forward, backward, optimizer on every rank in parallel. In step 1 DDP all-reduces all
+#   2,127,888 bytes as one bucket; in step 2 the rebuilt buckets (about 1 MiB, 1 MiB and the rest) start
+#   one after the other inside backward.
+# - **DataParallel**: one process. The main thread scatters, replicates, gathers and sums (`reduce-add`)
+#   at every step, and the forward runs in one thread per replica. Both replicas' backward runs on the
+#   main thread here: on CPU devices the autograd engine uses the calling thread (on GPUs each device has
+#   its own).
+#
+# On these CPU "devices" both share 2 cores, and gloo sends the gradients through the loopback network,
+# so the timings say nothing about GPUs. There, NCCL runs the all-reduces on its own CUDA stream, and no
+# GPU measurement has been made for this course yet (docs/benchmarks.md).
+
+# %% [markdown]
+# ## Cost model
+# Why, then, does DataParallel fall behind on real GPUs? `dpcourse.costmodel` writes a training step's time
+# as a sum of terms, one per line of a formula, for one device, DataParallel and DDP:
+
+# %%
+print(costmodel.FORMULAS["dp"], costmodel.formula("ddp"), sep="\n\n")
+
+# %% [markdown]
+# DataParallel pays for Python (`N * M * o`, one GIL for every replica's modules) and for building the
+# replicas (`N * M * r`) once per device, so those terms grow with N, and it copies the weights and
+# reduces the gradients through device 0. DDP pays for Python once per process, all in parallel, and its
+# all-reduce moves `2 (N-1)/N * S` bytes per rank, which stays below `2S` however many ranks there are.
+# Part of it is hidden behind backward.
+#
+# For ResNet-50 at batch 256 (`costmodel.EXAMPLE`) on two of the presets, 8 GPUs linked by PCIe or by
+# NVLink (rough numbers for common machines, not benchmarks):
+
+# %%
+for preset in ("8 GPUs, PCIe", "8 GPUs, NVLink"):
+    curve = costmodel.predict_speedup(preset)
+    print(f"{preset}: DP is fastest on {curve.dp_best} GPUs, {max(curve.dp):.2f}x, and {curve.dp[-1]:.2f}x on 8; "
+          f"DDP on 8: {curve.ddp[-1]:.2f}x")
+viz.plot_speedup("8 GPUs, PCIe")
+
+# %%
+viz.plot_speedup("8 GPUs, NVLink")
+
+# %% [markdown]
+# DDP gains on every added GPU, on both machines. DataParallel stops paying off at 6 GPUs and slows down
+# with every GPU after that. The faster link lifts its curve but leaves the peak at 6: in the model,
+# NCCL's pipelined copies cost the same for any number of GPUs, and what grows with N, the per-replica
+# Python and replication work, does not depend on the link. Try other machines, batches, model sizes and
+# link speeds; the table lists each term for one device and for 2 and 8 devices, so you can see which one
+# grows:
+
+# %%
+widgets.CostModelCalculator()
+
+# %% [markdown]
+# ## Going further: several machines
+# DataParallel cannot span machines at all: it is one process, and its devices are the GPUs that process
+# sees (`torch/nn/parallel/data_parallel.py`). So on several machines the device 0 bottleneck does not go
+# away; DataParallel just cannot run there. Multi-machine data parallelism means DDP (or FSDP).
+#
+# The same training as a script, `dpcourse/ddp_train.py`. On one machine, `torchrun` starts one process
+# per GPU (or per CPU rank):
+#
+# ```bash
+# torchrun --standalone --nproc_per_node=2 -m dpcourse.ddp_train --steps 3
+# ```
+#
+# On several machines, run the same command on every machine. Here 2 machines with 8 GPUs each give 16
+# ranks; HOST is one of the machines, reachable from the others, and the c10d rendezvous assigns the ranks:
+#
+# ```bash
+# torchrun --nnodes=2 --nproc_per_node=8 --rdzv_id=job1 --rdzv_backend=c10d \
+#          --rdzv_endpoint=HOST:29400 -m dpcourse.ddp_train --steps 100
+# ```
+#
+# or with fixed machine numbers (`--node_rank=0` on HOST, `--node_rank=1` on the other):
+#
+# ```bash
+# torchrun --nnodes=2 --node_rank=0 --nproc_per_node=8 --master_addr=HOST --master_port=29500 \
+#          -m dpcourse.ddp_train --steps 100
+# ```
+#
+# What changes on several machines (details in `dpcourse/ddp/__init__.py`):
+#
+# - **Ranks.** `RANK` (0–15 here) picks the data shard; `LOCAL_RANK` (0–7) picks the GPU on its machine.
+#   Only rank 0 should print and save checkpoints, to storage every machine can read.
+# - **The network.** NCCL (GPUs) and gloo (CPUs) pick a network interface themselves; set
+#   `NCCL_SOCKET_IFNAME=eth0` (or `GLOO_SOCKET_IFNAME`) when they pick the wrong one. `NCCL_DEBUG=INFO`
+#   prints which transport NCCL chose (NVLink inside a machine, InfiniBand or sockets between machines),
+#   and `NCCL_IB_DISABLE=1` forces sockets. The machines must reach each other on the rendezvous port and
+#   on the ports NCCL and gloo open. `TORCH_DISTRIBUTED_DEBUG=DETAIL` checks that all ranks call the same
+#   collectives.
+# - **BatchNorm.** Each rank normalises with its own shard's statistics, as above.
+#   `torch.nn.SyncBatchNorm.convert_sync_batchnorm(model)`, before wrapping, computes them over the global
+#   batch, with an all-reduce inside every forward (on GPUs; it refuses CPU tensors).
+# - **Data.** The global batch is the per-rank batch times `WORLD_SIZE`: 16 ranks × 32 samples make 512,
+#   and the learning rate usually has to be rescaled for it. Call `sampler.set_epoch(epoch)` on the
+#   `DistributedSampler` at the start of every epoch, or every epoch reuses the first epoch's shuffle.
+# - **Clocks.** Each machine has its own clock, so timelines from different machines cannot be lined up
+#   like the ones above.
+#
+# Neither DataParallel nor DDP helps a model that does not fit on one GPU: every rank holds all of it.
+# That takes sharding (FSDP) or splitting the model itself (tensor or pipeline parallelism).
+
+# %% [markdown]
+# ## Summary
+# - DDP runs one process per device. Each keeps one copy of the model for the whole run, with its own
+#   Python and its own GIL; `init_process_group` and a launcher (`torchrun`) are the price.
+# - DDP **averages** the ranks' gradients; DataParallel **sums** its replicas'. DataParallel's sum is the
+#   full-batch gradient for one mean loss over the gathered output; DDP's average is, for per-rank mean
+#   losses, only when the shards are equal.
+# - The model is copied once, when it is wrapped; after that only gradients travel, and by default rank
+#   0's buffers at every forward (`forward_sync_buffers`, formerly `broadcast_buffers`).
+# - Gradients travel in buckets whose all-reduces start during backward, so communication overlaps
+#   computation.
+# - In the cost model, DataParallel's Python and replication terms grow with the number of devices and
+#   DDP's do not: DataParallel peaks at a few GPUs, while DDP keeps scaling.
+#
+# ## Exercises
+# 1. With shards of 5 and 3 samples, rebuild the full-batch gradient from the two ranks' own gradients
+#    (`unequal.local`): write `full_batch_gradient(local, sizes)`.
+# 2. `DistributedSampler(range(10), num_replicas=3, rank=r, shuffle=False)` gives rank `r` its indices
+#    without any process group. Which samples do the 3 ranks see twice in one epoch of 10 samples? Write
+#    `seen_twice(samples, ranks)`.
+# 3. With the cost model, find the smallest batch in `(32, 64, 128, 256, 512, 1024)` at which DDP on
+#    "8 GPUs, PCIe" is at least 6 times faster than one GPU for ResNet-50 (`costmodel.EXAMPLE` with
+#    another batch).
+
+# %% tags=["solution"]
+def full_batch_gradient(local, sizes):
+    return sum(size * gradient for gradient, size in zip(local, sizes)) / sum(sizes)
+
+
+# %%
+rebuilt = full_batch_gradient(unequal.local, [5, 3])
+assert (rebuilt - unequal.full_batch).abs().max() < 1e-6, "weigh each rank's gradient by its shard size"
+print("exercise 1: the size-weighted mean is the full-batch gradient")
+
+# %% tags=["solution"]
+from torch.utils.data import DistributedSampler
+
+
+def seen_twice(samples, ranks):
+    seen = [i for r in range(ranks) for i in DistributedSampler(range(samples), num_replicas=ranks, rank=r,
+                                                                 shuffle=False)]
+    return sorted({i for i in seen if seen.count(i) > 1})
+
+
+# %%
+assert seen_twice(10, 3) == [0, 1] and seen_twice(12, 3) == []
+print("exercise 2: with 10 samples on 3 ranks, samples", seen_twice(10, 3), "are used twice per epoch")
+
+# %% tags=["solution"]
+def smallest_batch(target=6.0, preset="8 GPUs, PCIe"):
+    for batch in (32, 64, 128, 256, 512, 1024):
+        if costmodel.predict_speedup(preset, dataclasses.replace(costmodel.EXAMPLE, batch=batch)).ddp[-1] >= target:
+            return batch
+
+
+# %%
+assert smallest_batch() == 256
+print("exercise 3: DDP reaches 6x on 8 GPUs over PCIe from batch", smallest_batch())

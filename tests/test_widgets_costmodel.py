@@ -1,0 +1,138 @@
+"""CostModelCalculator: every control driven in plain pytest, what it shows checked against dpcourse.costmodel."""
+
+import re
+
+import pytest
+
+from dpcourse import costmodel
+from dpcourse.costmodel import PRESETS
+from dpcourse.widgets import CostModelCalculator, _base
+from dpcourse.widgets import costmodel as calculator_module
+from dpcourse.widgets.latency import measure_interactions
+
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+def text(widget) -> str:
+    """An HTML widget's text without tags, whitespace collapsed."""
+    return " ".join(re.sub(r"<[^>]+>", " ", widget.value).split())
+
+
+def ddp_on_8(calculator: CostModelCalculator) -> float:
+    return float(re.search(r"DDP on 8 devices: (\d+\.\d+)x", text(calculator.summary)).group(1))
+
+
+def table_rows(calculator: CostModelCalculator) -> dict[str, list[str]]:
+    rows = re.findall(r"<tr>(.*?)</tr>", calculator.terms_table.value)
+    cells = [re.findall(r"<t[hd][^>]*>(.*?)</t[hd]>", row) for row in rows]
+    return {row[0]: row[1:] for row in cells}
+
+
+def test_the_default_is_resnet50_on_8_gpus_over_pcie_where_dp_peaks_before_8_devices():
+    c = CostModelCalculator()
+    assert repr(c) == "CostModelCalculator(preset='8 GPUs, PCIe', batch=256, params=25600000, bandwidth=12)"
+    assert list(c.controls) == ["preset_toggle", "batch_slider", "params_slider", "bandwidth_slider"]
+    expected = costmodel.predict_speedup("8 GPUs, PCIe")  # the widget's default workload is costmodel's EXAMPLE
+    assert c.speedup.dp == pytest.approx(expected.dp) and c.speedup.ddp == pytest.approx(expected.ddp)
+    summary = text(c.summary)
+    assert summary.startswith("8 GPUs, PCIe: 25.6M parameters, batch 256.")
+    assert f"DP stops paying off after {expected.dp_best} devices: it peaks at {max(expected.dp):.2f}x" in summary
+    assert f"DDP on 8 devices: {expected.ddp[-1]:.2f}x (ideal 8x)" in summary
+    assert bytes(c.image.value).startswith(PNG)
+    assert not c.message.value
+
+
+def test_the_terms_table_lists_every_term_of_the_formula_for_n_2_and_8():
+    c = CostModelCalculator()
+    rows = table_rows(c)
+    assert rows["term (ms per step)"] == ["one device", "DP n=2", "DP n=8", "DDP n=2", "DDP n=8"]
+    model = calculator_module.workload(25_600_000, 256)
+    columns = [("single", 1), ("dp", 2), ("dp", 8), ("ddp", 2), ("ddp", 8)]
+    for column, (kind, n) in enumerate(columns):
+        terms = costmodel.step_time(kind, n, model, PRESETS["8 GPUs, PCIe"])
+        for term, seconds in terms.items():
+            assert re.search(rf"\b{term}\b", costmodel.formula(kind))  # every row is a term of the formula
+            assert rows[term][column] == f"{seconds * 1e3:.2f}", (kind, n, term)
+        assert rows["step"][column] == f"{sum(terms.values()) * 1e3:.2f}"
+    assert rows["allreduce"][:3] == ["—", "—", "—"] and rows["replicate"][3:] == ["—", "—"]
+    assert "T_DDP(N) = compute" in c.formula.value and "T_DP(N) = compute" in c.formula.value
+
+
+def test_the_preset_toggle_moves_the_bandwidth_and_nvlink_beats_pcie():
+    c = CostModelCalculator()
+    pcie = ddp_on_8(c)
+    c.preset_toggle.value = "8 GPUs, NVLink"
+    assert c.bandwidth_slider.value == 150 and c.bandwidth_slider.label == "150 GB/s"
+    assert ddp_on_8(c) > pcie
+    assert ddp_on_8(c) == pytest.approx(costmodel.predict_speedup("8 GPUs, NVLink").ddp[-1], abs=0.005)
+    assert text(c.summary).startswith("8 GPUs, NVLink:")  # the preset's own link: no "link ... GB/s" in the name
+    for preset, gbps in [("laptop CPU", 4), ("one GPU", 500)]:
+        c.preset_toggle.value = preset
+        assert c.bandwidth_slider.value == gbps
+        summary = text(c.summary)
+        assert "DP never pays off here: on 2 devices it runs at 0." in summary, summary
+        assert "at best 1x: only 1 of them computes at a time" in summary
+    assert not c.message.value
+
+
+def test_choosing_a_preset_redraws_once(monkeypatch):
+    drawn = []
+    original = calculator_module.plot_speedup
+    monkeypatch.setattr(calculator_module, "plot_speedup", lambda *a: drawn.append(a) or original(*a))
+    c = CostModelCalculator()
+    c.preset_toggle.value = "8 GPUs, NVLink"
+    assert len(drawn) == 2  # construction, then the preset with its bandwidth: not once more for the bandwidth
+
+
+def test_link_bandwidth_decides_whether_dp_pays_off_at_all():
+    c = CostModelCalculator()
+    c.bandwidth_slider.value = 1
+    summary = text(c.summary)
+    assert summary.startswith("8 GPUs, PCIe, link 1 GB/s:") and "DP never pays off here" in summary
+    slow = ddp_on_8(c)
+    c.bandwidth_slider.value = 300
+    assert "DP stops paying off after" in text(c.summary) and ddp_on_8(c) > slow
+    fast = costmodel.predict_speedup(calculator_module.hardware("8 GPUs, PCIe", 300))
+    assert c.speedup.dp == pytest.approx(fast.dp)
+    assert c.preset_toggle.value == "8 GPUs, PCIe"  # moving the link keeps the machine
+
+
+def test_a_bigger_batch_hides_more_communication_and_a_bigger_model_costs_more_per_step():
+    c = CostModelCalculator()
+    speedups = []
+    for batch in calculator_module.BATCHES:
+        c.batch_slider.value = batch
+        assert f"batch {batch}." in text(c.summary)
+        speedups.append(ddp_on_8(c))
+    assert speedups == sorted(speedups) and speedups[0] < speedups[-1]
+    steps = []
+    for label, params in calculator_module.PARAMS:
+        c.params_slider.value = params
+        assert f": {label} parameters" in text(c.summary)
+        steps.append(float(table_rows(c)["step"][0]))
+    assert steps == sorted(steps) and steps[0] < steps[-1]
+    assert repr(c) == "CostModelCalculator(preset='8 GPUs, PCIe', batch=1024, params=400000000, bandwidth=12)"
+
+
+def test_errors_show_in_the_message_area_and_the_next_good_interaction_clears_them(monkeypatch):
+    c = CostModelCalculator()
+
+    def broken(*args, **kwargs):
+        raise ValueError("no such machine")
+
+    monkeypatch.setattr(costmodel, "predict_speedup", broken)
+    c.batch_slider.value = 64
+    assert text(c.message) == "ValueError: no such machine"
+    assert _base.ERROR_STYLE in c.message.value
+    c.preset_toggle.value = "8 GPUs, NVLink"  # the preset's handler reports errors too
+    assert text(c.message) == "ValueError: no such machine"
+    monkeypatch.undo()
+    c.batch_slider.value = 128
+    assert c.message.value == ""
+    assert "batch 128." in text(c.summary)
+
+
+def test_every_control_answers_without_error():
+    results = measure_interactions(CostModelCalculator, repeats=1)
+    assert set(results) == {"preset_toggle", "batch_slider", "params_slider", "bandwidth_slider"}
+    assert all(stats["n"] >= 3 for stats in results.values())

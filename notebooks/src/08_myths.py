@@ -1,0 +1,501 @@
+# %% [markdown]
+# # 08 · Myths, run and corrected
+#
+# **After this lesson you will be able to explain**
+# - why DataParallel is not model parallelism, and gives no device room for a bigger model;
+# - why padded batches, custom `nn.Parameter`s and `torch.matmul` need no special care;
+# - why DataParallel's overhead makes a step slower but never stalls it;
+# - what the code examples of popular DataParallel articles really do when you run them, and how to fix
+#   the ones that break.
+#
+# The course started from four articles about DataParallel (the "seeds": S000–S003). Every claim in them
+# was checked against torch's source and numbered, e.g. `001-8` is the 8th claim of S001;
+# `docs/seed_coverage.md` lists all 85 and the lesson that settles each. Here the classic wrong ones meet
+# the running code: read the claim, predict, run, correct.
+
+# %%
+import threading
+import time
+
+import torch
+from torch import nn
+
+import dpcourse
+from dpcourse import examples, quiz
+
+# %% [markdown]
+# ## Myths, run and corrected
+# ### "…making it a form of *model parallelism*" (`001-8`)
+# …and its true companion: DataParallel "doesn't magically increase memory available to each GPU" (`000-9`).
+
+# %%
+quiz.ask("08-not-model-parallel")
+
+# %% [markdown]
+# A forward hook on the first layer runs inside every replica (replicas share the original's hooks) and
+# reports the weight it multiplies by and the rows it got:
+
+# %%
+model = examples.make_model()
+seen = []
+model[0].register_forward_hook(
+    lambda layer, args, out: seen.append((threading.current_thread().name, list(layer.weight.shape), len(args[0])))
+)
+x, y = examples.make_batch(12)
+dpcourse.DataParallel(model, devices=dpcourse.devices(3))(x)
+for thread, weight, rows in sorted(seen):
+    print(f"{thread}: weight {weight}, {rows} of the 12 rows")
+
+replicas = dpcourse.replicate(model, dpcourse.devices(3))
+held = [sum(t.nbytes for m in r.modules() for t in vars(m).values() if isinstance(t, torch.Tensor)) for r in replicas]
+print("parameter bytes held by each replica:", held, "| the whole model:", sum(p.nbytes for p in model.parameters()))
+
+# %% [markdown]
+# **Correction.** Model parallelism puts different layers on different devices; DataParallel puts *every*
+# layer on every device and splits only the batch (`torch/nn/parallel/replicate.py: replicate` copies all
+# parameters and buffers to each device). So each GPU still needs room for the whole model, and the DDP
+# tutorial says plainly that "DataParallel does not [work with model parallel] at this time".
+
+# %% [markdown]
+# ### "this padding is not accounted for by `DataParallel`, that expects a completely consistent tensor" (`001-18`)
+
+# %%
+quiz.ask("08-padding-fine")
+
+# %%
+from torch.nn.utils.rnn import pad_sequence
+
+generator = torch.Generator().manual_seed(0)
+padded = pad_sequence([torch.randn(n, 10, generator=generator) for n in (10, 20, 30, 40)], batch_first=True)
+layer = nn.Linear(10, 20)
+for n in (2, 4):
+    out = dpcourse.DataParallel(layer, devices=dpcourse.devices(n))(padded)
+    print(f"{n} devices: {list(padded.shape)} -> {list(out.shape)}, equal to one device: {torch.allclose(out, layer(padded))}")
+
+# %% [markdown]
+# **Correction.** A padded batch is an ordinary rectangular tensor. Scatter slices its rows
+# (`torch/nn/parallel/scatter_gather.py: scatter`), every chunk keeps the full padded length, and gather
+# only needs the non-batch dimensions to match. Sequences do have a real trap, *packing* inside the model,
+# which lesson 07 shows.
+
+# %% [markdown]
+# ### "…may actually stall the training loop if the overhead outweighs the parallelization gains" (`001-6`)
+# **Predict:** one replica takes 50 ms longer than the other on every step. Does training hang, fail, or
+# finish each step late?
+
+# %%
+class SlowReplica1(nn.Module):
+    """The course model, with a 50 ms nap whenever it runs on dpcourse's thread for replica 1."""
+
+    def __init__(self):
+        super().__init__()
+        self.net = examples.make_model()
+
+    def forward(self, x):
+        if threading.current_thread().name == "replica-1":
+            time.sleep(0.05)
+        return self.net(x)
+
+
+start = time.perf_counter()
+losses = examples.train(dpcourse.DataParallel(SlowReplica1(), devices=dpcourse.devices(2)), steps=3)
+late = time.perf_counter() - start >= 3 * 0.05
+print("3 steps finished, losses:", [round(loss, 4) for loss in losses])
+print("every step waited for the slow replica:", late)
+print("same losses as one device:", torch.allclose(torch.tensor(losses), torch.tensor(examples.train(examples.make_model(), steps=3))))
+
+# %% [markdown]
+# **Correction.** Overhead, like a slow replica, makes each step *longer*: `parallel_apply` waits for every
+# replica's thread and then returns (`torch/nn/parallel/parallel_apply.py: parallel_apply`). Nothing in
+# DataParallel waits for a throughput condition, so it cannot stall. A DataParallel run that truly hangs,
+# with no traceback, is a GPU-to-GPU communication problem (pytorch/pytorch#4241, #10681, #52142, the last
+# fixed with `NCCL_P2P_DISABLE=1`).
+
+# %% [markdown]
+# ### "Model weights update as if training on the full batch at once" (`003-9`)
+# True for the running example (lesson 06), but not for layers that look across the batch:
+
+# %%
+quiz.ask("08-batchnorm-running-mean")
+
+# %%
+halves = torch.cat([torch.zeros(4, 1), torch.full((4, 1), 10.0)])
+one_device, two_devices = nn.BatchNorm1d(1, momentum=1.0), nn.BatchNorm1d(1, momentum=1.0)
+one_device(halves)
+dpcourse.DataParallel(two_devices, devices=dpcourse.devices(2))(halves)
+print("running_mean on one device:", one_device.running_mean.item(), "| on 2 devices:", two_devices.running_mean.item())
+
+# %% [markdown]
+# **Correction.** Each replica normalises with its own chunk's statistics, and only replica 0 updates your
+# model's buffers (pytorch/pytorch#1051; lesson 03). The full-batch promise holds when the loss is a mean
+# over the gathered output and no layer mixes samples; `SyncBatchNorm` fixes BatchNorm, but only under
+# DistributedDataParallel (`torch/nn/modules/batchnorm.py: SyncBatchNorm`).
+#
+# ### The other classic myths, and where the course corrects them
+#
+# | the claim (seed id) | what really happens | lesson |
+# |---|---|---|
+# | "gradients are averaged across GPUs" (`000-4`, `001-10`, `002-14`, `003-8`) | `Broadcast.backward` **sums** them into the original | [06_backward](06_backward.ipynb) |
+# | "gathers the losses … backpropagating a single, averaged loss" (`001-3`) | gather returns what `forward` returned; the loss is your code | [05_gather](05_gather.ipynb) |
+# | a scalar output becomes a vector of length `num_gpus` (`002-9`) | its length is the number of chunks actually used | [05_gather](05_gather.ipynb) |
+# | batches not divisible by the GPU count cause dimension errors (`001-4`) | `torch.chunk` gives [3, 3, 3, 1]; gather works | [02_scatter](02_scatter.ipynb) |
+# | the batch becomes one chunk per GPU, evenly (`003-4`, `003-13`) | at most one per GPU; 6 rows on 4 use 3 | [02_scatter](02_scatter.ipynb) |
+# | passing CPU inputs is wrong (`003-24`) | scatter copies each chunk to its device | [02_scatter](02_scatter.ipynb) |
+# | replicas can drift: "parameter synchronization" issues (`001-9`) | replicas are rebuilt from one master every forward | [03_replicate](03_replicate.ipynb) |
+# | training "fails to start" because of data distribution (`001-1`) | data faults raise at once, naming the replica | [04_parallel_apply](04_parallel_apply.ipynb) |
+# | the model must be on the GPU *before* wrapping (`003-23`) | placement is checked at the first forward | [07_end_to_end](07_end_to_end.ipynb) |
+# | "speeds up training", poor scaling "very well documented" (`003-17`, `001-15`) | it can lose to one device; measured in lesson 09 | [09_performance](09_performance.ipynb) |
+# | "not true … in multi-node multi-gpu settings" (`001-12`) | DataParallel is one process on one machine | [10_ddp_bridge](10_ddp_bridge.ipynb) |
+
+# %% [markdown]
+# ## The seeds' code, run and corrected
+# The seeds' own examples, run as written with three changes, because this machine may have no GPU:
+# `nn.DataParallel(model)` becomes `dpcourse.DataParallel(model, devices=dpcourse.devices(n))`, `.cuda()`
+# and `.to('cuda')` are dropped, and the `if torch.cuda.device_count() > 1:` guards go (they would skip
+# DataParallel here). `super(MyModel, self).__init__()` is written `super().__init__()`, which means the
+# same.
+#
+# ### S000, Example 1: "A Basic Compliant Model" (`000-11`)
+# **Predict:** does this model need any change to run under DataParallel?
+
+# %%
+class MyModel(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear1 = nn.Linear(10, 5)
+        self.relu = nn.ReLU()
+        self.linear2 = nn.Linear(5, 2)
+
+    def forward(self, x):
+        x = self.linear1(x)
+        x = self.relu(x)
+        x = self.linear2(x)
+        return x
+
+
+torch.manual_seed(0)
+model = MyModel()
+inputs = torch.randn(4, 10)
+model = dpcourse.DataParallel(model, devices=dpcourse.devices(2))  # seed: model = DataParallel(model)
+print("output shape:", model(inputs).shape, "| equal to one device:", torch.allclose(model(inputs), model.module(inputs)))
+
+# %% [markdown]
+# **It runs, unchanged.** The seed's last line, `model.to('cuda')`, sits outside its guard, so on a machine
+# without CUDA the script stops there (a CPU-only torch raises "Torch not compiled with CUDA enabled",
+# `torch/cuda/__init__.py: _lazy_init`). Corrected: pick the device once,
+# `device = "cuda" if torch.cuda.is_available() else "cpu"`, and move model and data there. What the guard
+# really changes is the checkpoint's keys (`module.` prefix, lesson 07).
+#
+# ### S000, Example 2: "Handling Custom Layers" (`000-13`)
+
+# %%
+class MyCustomLayer(nn.Module):
+    def __init__(self, in_features, out_features):
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(in_features, out_features))
+        self.bias = nn.Parameter(torch.zeros(out_features))
+
+    def forward(self, x):
+        return torch.mm(x, self.weight) + self.bias
+
+
+class MyModel(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.custom_layer = MyCustomLayer(10, 5)
+        self.linear = nn.Linear(5, 2)
+
+    def forward(self, x):
+        x = self.custom_layer(x)
+        x = self.linear(x)
+        return x
+
+
+torch.manual_seed(0)
+model = MyModel()
+oracle = examples.twin(model)
+inputs = torch.randn(6, 10)
+dpcourse.DataParallel(model, devices=dpcourse.devices(2))(inputs).pow(2).mean().backward()
+oracle(inputs).pow(2).mean().backward()
+print("gradients equal the one-device oracle's:", examples.max_grad_difference(model, oracle) < 1e-5)
+
+# %% [markdown]
+# **True, as claimed.** A registered `nn.Parameter` is copied to every replica like `nn.Linear`'s weight,
+# and its gradient is summed back (`torch/nn/parallel/replicate.py: replicate`).
+#
+# ### S000, Example 3: `ProblematicModel` "will likely result in errors or unexpected behavior" (`000-14`)
+# **Predict:** run on one CPU with **no** DataParallel at all. Does it work?
+
+# %%
+class ProblematicModel(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = nn.Linear(10, 2)
+        self.internal_state = torch.zeros(2)  # Incorrect: Not a Parameter
+
+    def forward(self, x):
+        self.internal_state += torch.sum(x, dim=0)  # Incorrect: Modifies internal state directly
+        x = self.linear(x)
+        return x, self.internal_state  # Incorrect: Returning external state
+
+
+def first_and_last_line(error):
+    lines = str(error).splitlines()
+    return f"{type(error).__name__}: {lines[0]}" + (f"\n    ... {lines[-1]}" if len(lines) > 1 else "")
+
+
+inputs = torch.randn(4, 10)
+for label, run in [("no DataParallel", ProblematicModel()),
+                   ("2 devices", dpcourse.DataParallel(ProblematicModel(), devices=dpcourse.devices(2)))]:
+    try:
+        run(inputs)
+    except RuntimeError as error:
+        print(f"{label}: {first_and_last_line(error)}")
+
+# %% [markdown]
+# **True, for a reason the seed never gives:** `zeros(2) += sum(x, dim=0)` adds a `(10,)` tensor to a `(2,)`
+# one, an ordinary shape bug that fails with or without DataParallel; DataParallel only re-raises it,
+# naming the replica. Reproduce a failure without DataParallel first: many "DataParallel bugs" are not.
+#
+# The seed's advice is to make `internal_state` an `nn.Parameter` (`000-17`). Fix the shape and try it:
+
+# %%
+class ParameterState(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = nn.Linear(10, 2)
+        self.internal_state = nn.Parameter(torch.zeros(10))  # the seed's fix, with the shape corrected
+
+    def forward(self, x):
+        self.internal_state += torch.sum(x, dim=0)
+        return self.linear(x), self.internal_state
+
+
+for n in (1, 2):
+    try:
+        dpcourse.DataParallel(ParameterState(), devices=dpcourse.devices(n))(inputs)
+    except RuntimeError as error:
+        print(f"{n} device(s): {first_and_last_line(error)}")
+
+# %% [markdown]
+# **False.** A running total is not learnable, and autograd forbids changing a `Parameter` in place
+# during forward: on one device it is a leaf that requires grad; under DataParallel each replica's copy is
+# an output of `Broadcast`, which may not be modified in place (`torch/nn/parallel/_functions.py:
+# Broadcast`). A registered buffer would run, but under DataParallel only replica 0's update survives
+# (lesson 03). The exact fix: each replica **returns** its partial sum, and you add them up after the
+# gather:
+
+# %%
+class ReturnedState(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = nn.Linear(10, 2)
+        self.register_buffer("internal_state", torch.zeros(10))  # moves with .to(), lives in state_dict
+
+    def forward(self, x):
+        return self.linear(x), torch.sum(x, dim=0, keepdim=True)  # one (1, 10) row per replica
+
+
+fixed = ReturnedState()
+output, partial_sums = dpcourse.DataParallel(fixed, devices=dpcourse.devices(2))(inputs)
+fixed.internal_state += partial_sums.sum(dim=0)  # outside forward: one update, from every replica's rows
+print("partial sums gathered:", list(partial_sums.shape), "| state equals the full-batch sum:",
+      torch.allclose(fixed.internal_state, inputs.sum(dim=0)))
+
+# %% [markdown]
+# ### S001, Example 1: padded sequences "will not work when using the DataParallel" (`001-17`)
+# The seed's dataset, collate function, model and loop, run on 1, 2 and 4 devices from the same seed:
+
+# %%
+from torch.utils.data import DataLoader, Dataset
+
+
+class CustomDataset(Dataset):
+    def __init__(self, seq_lengths):
+        self.seq_lengths = seq_lengths
+
+    def __len__(self):
+        return len(self.seq_lengths)
+
+    def __getitem__(self, idx):
+        seq_len = self.seq_lengths[idx]
+        return torch.randn(seq_len, 10)  # Varying sequence length
+
+
+class SimpleModel(nn.Module):
+    def __init__(self, input_size, hidden_size):
+        super().__init__()
+        self.linear = nn.Linear(input_size, hidden_size)
+
+    def forward(self, x):
+        return self.linear(x)
+
+
+def seed_loop(n_devices):
+    torch.manual_seed(0)
+    dataset = CustomDataset([10, 20, 30, 40, 5, 15, 25, 35])
+    dataloader = DataLoader(dataset, batch_size=4, shuffle=False,
+                            collate_fn=lambda batch: torch.nn.utils.rnn.pad_sequence(batch, batch_first=True))
+    model = SimpleModel(10, 20)
+    criterion = nn.MSELoss()
+    optimizer = torch.optim.Adam(model.parameters())
+    if n_devices > 1:  # seed: if torch.cuda.device_count() > 1: model = nn.DataParallel(model); model.cuda()
+        model = dpcourse.DataParallel(model, devices=dpcourse.devices(n_devices))
+    shapes, losses = [], []
+    for inputs in dataloader:
+        optimizer.zero_grad()
+        output = model(inputs)
+        target = torch.randn(output.shape)
+        loss = criterion(output, target)
+        loss.backward()
+        optimizer.step()
+        shapes.append(list(output.shape))
+        losses.append(round(loss.item(), 4))
+    return shapes, losses
+
+
+for n in (1, 2, 4):
+    shapes, losses = seed_loop(n)
+    print(f"{n} device(s): outputs {shapes}, losses {losses}")
+
+# %% [markdown]
+# **False.** Same shapes and same losses on every device count: padding is invisible to DataParallel. The
+# script's real bug is its device guard: it moves the model and inputs only when there are **more than
+# one** GPU, but `target` whenever there is **at least one**, so on a single-GPU machine `criterion` gets a
+# CPU output and a CUDA target and fails with a device mismatch, no DataParallel involved.
+#
+# ### S001, Example 3: `torch.matmul(x, self.weight)` "may not have correct device affinity" (`001-21`)
+
+# %%
+quiz.ask("08-custom-parameter")
+
+# %%
+class CustomLayer(nn.Module):
+    def __init__(self, input_size, hidden_size):
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(input_size, hidden_size))
+
+    def forward(self, x):
+        # this operation may not have correct device affinity in a distributed environment
+        return torch.matmul(x, self.weight)
+
+
+class ModelWithCustomLayer(nn.Module):
+    def __init__(self, input_size, hidden_size):
+        super().__init__()
+        self.custom_layer = CustomLayer(input_size, hidden_size)
+        self.linear = nn.Linear(hidden_size, hidden_size)
+
+    def forward(self, x):
+        x = self.custom_layer(x)
+        x = self.linear(x)
+        return x
+
+
+torch.manual_seed(0)
+model = ModelWithCustomLayer(100, 50)
+oracle = examples.twin(model)
+original = model.custom_layer.weight
+weights_seen = []
+model.custom_layer.register_forward_pre_hook(
+    lambda layer, args: weights_seen.append((threading.current_thread().name, layer.weight is original))
+)
+input_tensor, target = torch.randn(32, 100), torch.randn(32, 50)
+nn.MSELoss()(dpcourse.DataParallel(model, devices=dpcourse.devices(2))(input_tensor), target).backward()
+nn.MSELoss()(oracle(input_tensor), target).backward()
+print("replica uses the original weight object:", sorted(weights_seen))
+print("gradients equal the one-device oracle's:", examples.max_grad_difference(model, oracle) < 1e-5)
+
+# %% [markdown]
+# **False.** Neither replica touches the original `Parameter`: each multiplies by its own copy, made on its
+# own device by `replicate` (`torch/nn/parallel/replicate.py: replicate`), and the gradients match. Which
+# operation consumes a registered parameter (`F.linear`, `torch.mm`, `torch.matmul`, `@`) makes no
+# difference. What *does* stay behind is a plain tensor attribute, as in `ProblematicModel`.
+#
+# ### S002: a counter with `requires_grad = False` (`002-17`)
+# **Predict:** what does `MyModule()` do?
+
+# %%
+class MyModule(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.counter = 0
+        self.counter.requires_grad = False
+
+    def forward(self, x):
+        self.counter += 1
+        return x
+
+
+try:
+    MyModule()
+except AttributeError as error:
+    print("AttributeError:", error)
+
+# %% [markdown]
+# **False code.** It never gets to DataParallel: only tensors have `requires_grad`, so the constructor
+# raises. The seed's point (an `int` counter stays 0 under DataParallel, `002-3`) is right, and lesson 03
+# shows it. Corrected: a buffer, updated in place, which replica 0 shares with your model:
+
+# %%
+class MyModule(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("counter", torch.zeros((), dtype=torch.long))
+
+    def forward(self, x):
+        self.counter += 1
+        return x
+
+
+counted = MyModule()
+dp = dpcourse.DataParallel(counted, devices=dpcourse.devices(2))
+for _ in range(3):
+    dp(torch.zeros(4, 1))
+print("forwards counted on 2 devices:", counted.counter.item())
+
+# %% [markdown]
+# The seeds' other examples need real GPUs to show anything: S001's Example 2 (a 572 MiB model at batch 16)
+# is taken apart in lesson 09, and S002's `cuda:1` / `device_ids=[2, 0, 1]` placements in lesson 07.
+#
+# ## Summary
+# - DataParallel splits the batch, never the model: every device holds every weight.
+# - Padded batches, custom `nn.Parameter`s and `torch.matmul` need nothing special; plain tensor attributes
+#   and state written in `forward` do.
+# - Overhead makes steps slower, never stuck; hangs are GPU-communication problems.
+# - Run an example before believing it: two seed examples fail for reasons unrelated to DataParallel, and
+#   one seed fix (a `Parameter` for running state) makes it worse.
+#
+# ## Exercises
+# 1. Run S000's Example 2 (`MyModel` with `MyCustomLayer`) on 4 devices with a batch of 10, chunks
+#    [3, 3, 3, 1]. Does its gradient still match the oracle? Write `example2_difference()`.
+# 2. Make `ReturnedState` work on 3 devices with a batch of 7: after one forward, `internal_state` must
+#    equal the column sums of the batch. Write `accumulate(batch, n)` returning the updated model.
+
+# %% tags=["solution"]
+def example2_difference(n=4, batch=10):
+    torch.manual_seed(0)
+    model = MyModel()
+    oracle = examples.twin(model)
+    inputs = torch.randn(batch, 10)
+    dpcourse.DataParallel(model, devices=dpcourse.devices(n))(inputs).pow(2).mean().backward()
+    oracle(inputs).pow(2).mean().backward()
+    return examples.max_grad_difference(model, oracle)
+
+
+# %%
+assert example2_difference() < 1e-5, "the custom layer's gradient should match the oracle"
+print("exercise 1: the custom parameter's gradient matches on 4 devices")
+
+# %% tags=["solution"]
+def accumulate(batch, n):
+    model = ReturnedState()
+    _, partial_sums = dpcourse.DataParallel(model, devices=dpcourse.devices(n))(batch)
+    model.internal_state += partial_sums.sum(dim=0)
+    return model
+
+
+# %%
+batch = torch.randn(7, 10, generator=torch.Generator().manual_seed(3))
+assert torch.allclose(accumulate(batch, 3).internal_state, batch.sum(dim=0))
+print("exercise 2: every replica's rows counted once")

@@ -1,0 +1,412 @@
+# %% [markdown]
+# # 09 · Performance: where a DataParallel step spends its time
+#
+# **After this lesson you will be able to explain**
+# - which parts of a step are the model's work and which are DataParallel's own, and how to see them;
+# - why every step copies the whole model again, and how many bytes and objects that costs;
+# - why threads cannot speed up a model made of many small layers;
+# - why device 0 holds more than the others, and what to do about it;
+# - when adding devices helps, and why it cannot on this 2-core machine.
+#
+# Timings change from run to run and machine to machine. So the cells below print **bytes and counts**,
+# which do not change; the two cells that print times are marked and their numbers are yours, and the
+# figures show the stored run. Timings on CPU devices measure CPU work: they cannot show GPU speed or the
+# cost of a PCIe or NVLink transfer.
+#
+# One setting first: this lesson gives torch **one thread per operation**, so that one CPU device is one
+# core, as one GPU is one GPU. By default a single matrix product already spreads over every core, and
+# the replicas would only fight over them (and timings on a busy machine scatter wildly).
+
+# %%
+import collections
+import statistics
+import threading
+import time
+
+import torch
+from torch import nn
+
+import dpcourse
+from dpcourse import quiz, viz, widgets
+from dpcourse.trace import STEPS
+from dpcourse.widgets.timing import busy_seconds
+
+
+def mlp():
+    """The lesson's compute-heavy model: two matrix products per sample, 263,168 parameters (1 MiB)."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        return nn.Sequential(nn.Linear(256, 512), nn.ReLU(), nn.Linear(512, 256))
+
+
+torch.set_num_threads(1)  # one thread per operation, in the replicas' threads too
+x = torch.randn(256, 256, generator=torch.Generator().manual_seed(0))
+
+# %% [markdown]
+# ## Where the time goes
+# One training step of the MLP on 3 devices, batch 256, traced: forward (scatter, replicate, the replicas'
+# forward, gather), a loss, and backward (gather's backward, the replicas' backward, reduce-add). A first,
+# untraced step pays once for starting threads and allocating memory.
+
+# %%
+model = mlp()
+dp = dpcourse.DataParallel(model, devices=dpcourse.devices(3))
+dp(x).pow(2).mean().backward()  # warm-up
+traces = []
+for _ in range(3):
+    model.zero_grad()
+    with dpcourse.trace() as t:
+        dp(x).pow(2).mean().backward()
+    traces.append(t)
+
+for step in STEPS:
+    spans = t.steps(step)
+    if spans:
+        print(f"{step:16s} x{len(spans)}  threads {sorted({s.thread for s in spans})}  "
+              f"bytes copied {sum(s.bytes_copied for s in spans):>9,}")
+viz.timeline(t)
+
+# %% [markdown]
+# Read the threads column first. Only the replicas' **forward** runs on threads of their own, one per
+# replica. Everything else runs on the main thread, working from `devices[0]`: scatter, replicate,
+# gather, and reduce-add, which sums every replica's gradients onto `devices[0]`. So one device does all
+# the coordinating, which caps the speed-up (`003-11`). Even the forwards overlap only when cores are
+# free: waking a thread takes a fraction of a millisecond, as long as a small forward, so on a busy
+# machine (the stored figure's) they can end up taking turns.
+#
+# The replicas' **backward** runs on the main thread here too. That is CPU-specific: the autograd engine
+# runs CPU work on the thread that called `backward()`, while it gives each GPU a worker thread of its own
+# (`torch/csrc/autograd/engine.cpp`, the note on `worker_device`). On GPUs the replicas' backward passes
+# run side by side; on CPU devices one thread works through all of them, interleaved: the stacked
+# backward bars in the MainThread lane.
+#
+# The bytes column is the data one step moves (`001-5`): replicate copies the parameters for replicas 1
+# and 2, gather copies every output into one tensor, reduce-add adds replicas 1 and 2's gradients into
+# replica 0's. There is one process and no "worker process": every copy is made by threads of this one.
+# Scatter and gather's backward moved 0 bytes only because CPU chunks stay on the one CPU as views; on GPUs
+# they copy each chunk to its device and back.
+#
+# How long each stage took, as the median over the 3 traced steps (your numbers will differ):
+
+# %% tags=["nbval-ignore-output"]
+step_ms = statistics.median(t.duration for t in traces) * 1e3
+for step in STEPS:
+    ms = statistics.median(busy_seconds(t.steps(step)) for t in traces) * 1e3
+    if ms:
+        print(f"{step:16s} {ms:7.2f} ms  {ms / step_ms:4.0%}")
+gaps = statistics.median(t.duration - busy_seconds(t.spans) for t in traces) * 1e3
+print(f"{'between steps':16s} {gaps:7.2f} ms  {gaps / step_ms:4.0%}   (the loss, Python glue, waking threads)")
+print(f"{'whole step':16s} {step_ms:7.2f} ms")
+
+# %% [markdown]
+# With this much arithmetic per step, the replicas' forward and backward should take most of it, but on a
+# busy machine any stage can stretch. Try other models: press **Run** in the explorer below. "many-layers"
+# is 100 tiny `Linear(8, 8)` layers, where DataParallel's own stages take over.
+
+# %%
+widgets.Timeline(model="many-layers", batch=64, devices=2)
+
+# %% [markdown]
+# ## Replicating every step
+# DataParallel keeps only your model. At every forward it builds the replicas again and throws them away
+# after the step.
+
+# %%
+quiz.ask("09-replicate-each-forward")
+
+# %%
+quiz.ask("09-replicate-bytes")
+
+# %%
+parameter_bytes = sum(p.nbytes for p in model.parameters())
+with dpcourse.trace() as t:
+    for n in (2, 3, 4):
+        dpcourse.DataParallel(model, devices=dpcourse.devices(n))(x[:8])
+        dpcourse.DataParallel(model, devices=dpcourse.devices(n))(x[:8])
+for n, span in zip((2, 2, 3, 3, 4, 4), t.steps("replicate")):
+    print(f"{n} devices: replicate copied {span.bytes_copied:>9,} bytes = {span.bytes_copied // parameter_bytes}"
+          f" x the {parameter_bytes:,} parameter bytes")
+
+# %% [markdown]
+# Two forwards, two full copies: `(n - 1) ×` the parameter bytes, every step, because replica 0 uses the
+# original tensors. On GPUs these bytes leave `devices[0]` before any replica can start, and reduce-add
+# brings the same amount back in backward. Caching the replicas between steps was proposed and not merged
+# (pytorch/pytorch#4216, #17540): the weights change at every optimizer step, so a cache must be
+# re-broadcast anyway, and reviewers did not want hidden state in a wrapper that behaves as stateless.
+# The maintainers' later answer was DistributedDataParallel, which builds its copy once (lesson 10).
+#
+# Bytes are not the whole cost. `replicate` also builds a Python object for every submodule on every
+# device, and wires its parameters in:
+
+# %%
+quiz.ask("09-modules-per-forward")
+
+# %%
+deep = nn.Sequential(*(nn.Linear(8, 8) for _ in range(50)))
+replicas = dpcourse.replicate(deep, dpcourse.devices(4))
+built = sum(len(list(r.modules())) for r in replicas)
+print(f"{len(list(deep.modules()))} modules x 4 devices = {built} new module objects, for "
+      f"{sum(p.nbytes for p in deep.parameters()):,} bytes of parameters")
+print("none of them is one of the original modules:",
+      not {id(m) for r in replicas for m in r.modules()} & {id(m) for m in deep.modules()})
+
+# %% [markdown]
+# That is Python work on the main thread, under the GIL, growing with modules × devices, while the devices
+# wait. It is also the answer to "replicating every forward causes hidden CPU-GPU synchronization"
+# (`003-19`): `Broadcast.forward` calls `comm.broadcast_coalesced`, which queues copies on CUDA streams and
+# never synchronizes the host (`torch/nn/parallel/_functions.py: Broadcast`). The cost is the host-side
+# Python: pytorch/pytorch#3930 timed `replicate` at up to 180 ms for a ResNet-1001, mostly Python loops
+# over its many small parameters, while the broadcasts themselves were fast. The table in the first
+# section shows replicate's share of a step here (`003-15`).
+
+# %% [markdown]
+# ## Threads and the GIL
+# `parallel_apply` runs each replica in a Python thread, and Python threads compute at the same time only
+# while at most one of them runs Python code (the GIL): a large matrix product releases the GIL for its
+# whole duration, a tiny `Linear(8, 8)` call is mostly Python and holds it.
+#
+# **Predict:** on 2 devices against 1, which model does DataParallel slow down more: 100 tiny layers, or
+# the MLP's two large matrix products?
+#
+# The cell below alternates one-device and DataParallel steps of each model and keeps the fastest of 5
+# (your numbers will differ; a busy machine blurs them):
+
+# %% tags=["nbval-ignore-output"]
+def dp_over_one_device(model, batch, n=2, rounds=5):
+    """Fastest DataParallel step over fastest plain step, measured alternately so both see the same load."""
+    runs = {"one device": model, "DataParallel": dpcourse.DataParallel(model, devices=dpcourse.devices(n))}
+    best = {name: float("inf") for name in runs}
+    for i in range(rounds + 1):  # round 0 warms up
+        for name, run in runs.items():
+            start = time.perf_counter()
+            run(batch).pow(2).mean().backward()
+            if i:
+                best[name] = min(best[name], time.perf_counter() - start)
+    return best["DataParallel"] / best["one device"]
+
+
+tiny = nn.Sequential(*(nn.Linear(8, 8) for _ in range(100)))
+print(f"100 tiny layers, batch 64:   DataParallel step = {dp_over_one_device(tiny, torch.randn(64, 8)):.1f} x one device")
+print(f"the MLP, batch 256:          DataParallel step = {dp_over_one_device(mlp(), x):.1f} x one device")
+
+# %% [markdown]
+# The tiny-layer model loses badly: each replica runs the same 100 Python-level layer calls as one device
+# would, only on half the rows, and the two threads must take turns holding the GIL; then replicate builds
+# 202 module objects and backward walks both replicas' graphs. The MLP loses less, because its forward is
+# matrix products, which release the GIL, so two replicas can compute at once on two cores. It still does
+# not win here: its backward, two thirds of the arithmetic, runs replica after replica on the main thread
+# (first section), and the copies and thread hand-offs come on top.
+#
+# The DDP tutorial names three reasons why DataParallel is "usually slower than
+# DistributedDataParallel even on a single machine": GIL contention across threads, the model replicated
+# every iteration, and scattering inputs and gathering outputs (`002-18`). fairseq's authors saw a
+# "negative speedup" with DataParallel, which "relies on Python threading, which is slow due to the GIL"
+# (facebookresearch/fairseq#34); pytorch/tutorials PR #648 credits DDP's lead to replicating "upfront
+# instead of in every iteration" with the GIL "no longer in the way". A free-threaded Python build removes the
+# GIL, but not the replication or the scatter and gather. Lesson 04 shows the threads themselves.
+
+# %% [markdown]
+# ## Gather on device 0
+# Where does each step's data end up? Count the bytes per device position for the MLP on 4 devices,
+# batch 256, trained with Adam: parameters, activations (measured by hooks, which every replica shares),
+# and what lives only on `devices[0]`.
+
+# %%
+model = mlp()
+activations = collections.defaultdict(int)  # bytes of layer outputs, per replica thread
+
+
+def count(layer, args, out):
+    activations[threading.current_thread().name] += out.nbytes
+
+
+for layer in model:
+    layer.register_forward_hook(count)
+output = dpcourse.DataParallel(model, devices=dpcourse.devices(4))(x)
+P = sum(p.nbytes for p in model.parameters())
+columns = {"parameters": [P] * 4,
+           "activations": [activations[f"replica-{i}"] for i in range(4)],
+           "gathered output": [output.nbytes, 0, 0, 0],
+           "gradients": [P, 0, 0, 0],
+           "Adam state": [2 * P, 0, 0, 0]}
+print("KiB per device   " + "".join(f"{name:>17s}" for name in columns) + "      total")
+for i in range(4):
+    row = [values[i] // 1024 for values in columns.values()]
+    print(f"devices[{i}]       " + "".join(f"{v:>17,}" for v in row) + f"{sum(row):>11,}")
+single = 4 * P + sum(activations.values())
+print(f"one device, whole batch: {single // 1024:,} KiB")
+
+# %% [markdown]
+# Every device holds the whole model, and activations split four ways: that is what DataParallel saves, so
+# a batch too large for one GPU may fit (`000-10`). But `devices[0]` also holds the gathered output (and the
+# loss computed from it), the gradients that reduce-add sums onto it, and the optimizer state, created next
+# to the parameters it updates (Adam keeps two tensors per parameter, `torch/optim/adam.py`). Here that is
+# 3.5 times another device's share (the replicas' own gradients exist only during backward, until
+# reduce-add sums them). A model too large for one GPU still fails, on `devices[0]` first.
+#
+# Gradients always go to `devices[0]`, the device of the original parameters
+# (`torch/nn/parallel/_functions.py: Broadcast.backward` reduces onto `ctx.input_device`); outputs go to
+# `output_device`, which you can move (lesson 07), and the loss follows them (`001-11`). By default device
+# 0 receives every output, and it always receives every gradient (`003-7`) while the others wait. If it is
+# slower or smaller than the rest, it sets the pace: torch warns when a GPU has under 75% of another's
+# memory or cores (`torch/nn/parallel/data_parallel.py: _check_balance`, `003-20`).
+#
+# CPU devices share one memory, so this table is bookkeeping; on GPUs it is the "GPU 0 runs out of memory
+# first" that users keep reporting (huggingface/transformers#279, facebookresearch/DPR#104,
+# facebookresearch/mmf#190, princeton-vl/RAFT#33). Two fixes: use DistributedDataParallel (lesson 10), or
+# compute the loss inside `forward`, so that only one number per sample is gathered. Return **per-sample**
+# losses and take their mean after the gather; per-chunk means weigh uneven chunks wrongly (lesson 06).
+
+# %%
+class WithLoss(nn.Module):
+    """The model and its loss in one forward: each replica returns one loss per sample."""
+
+    def __init__(self, net):
+        super().__init__()
+        self.net = net
+
+    def forward(self, x, target):
+        return (self.net(x) - target).pow(2).mean(dim=1)
+
+
+target = torch.zeros(256, 256)
+with dpcourse.trace() as t:
+    dpcourse.DataParallel(mlp(), devices=dpcourse.devices(4))(x)
+    per_sample = dpcourse.DataParallel(WithLoss(mlp()), devices=dpcourse.devices(4))(x, target)
+outputs_bytes, losses_bytes = (span.bytes_copied for span in t.steps("gather"))
+print(f"gathered onto devices[0]: outputs {outputs_bytes:,} bytes, per-sample losses {losses_bytes:,} bytes")
+print("the mean of the per-sample losses is the usual loss:",
+      torch.allclose(per_sample.mean(), (mlp()(x) - target).pow(2).mean()))
+
+# %% [markdown]
+# ## Small batch, big model
+# DataParallel's own costs depend on the **model** (bytes to copy and sum, modules to rebuild); the
+# useful work depends on the **batch**. S001's Example 2 (`001-20`) claims that for "a large model, and a
+# small batch size … the time does not decrease by using multiple GPUs". Its model, built on the `meta`
+# device, which records shapes without allocating memory:
+
+# %%
+class LargeModel(nn.Module):
+    def __init__(self, input_size, hidden_size):
+        super().__init__()
+        self.layers = nn.Sequential(
+            nn.Linear(input_size, hidden_size), nn.ReLU(),
+            nn.Linear(hidden_size, hidden_size), nn.ReLU(),
+            nn.Linear(hidden_size, hidden_size), nn.ReLU(),
+            nn.Linear(hidden_size, input_size),
+        )
+
+    def forward(self, x):
+        return self.layers(x)
+
+
+with torch.device("meta"):
+    large = LargeModel(10000, 5000)
+params = sum(p.numel() for p in large.parameters())
+print(f"{params:,} parameters = {params * 4 / 2**20:,.0f} MiB of float32")
+for batch in (16, 256):
+    flops = 6 * params * batch  # forward 2, backward 4 multiply-adds per parameter and sample
+    moved = 2 * (2 - 1) * params * 4  # on 2 GPUs: broadcast the weights, reduce the gradients
+    print(f"batch {batch:3d} on 2 GPUs: {flops / 1e9:5.1f} GFLOP of work, {moved / 2**20:,.0f} MiB copied "
+          f"-> {flops / moved:4.0f} FLOP per byte copied")
+
+# %% [markdown]
+# At batch 16 each step copies 1,145 MiB between the two GPUs to spread 14.4 GFLOP of work: 12 FLOP per
+# byte copied. A GPU computes far faster than it copies to another GPU (lesson 10's cost model assumes
+# about 1,250 FLOP per byte for GPUs linked by PCIe, a rough guess: `dpcourse.costmodel.PRESETS`), so the
+# copies dominate and a second GPU cannot help; at batch 256 the same copies buy 16 times more work. The
+# seed's claim is plausible for this regime; its measurement is not evidence, though: it times with
+# `time.time()` and no `torch.cuda.synchronize()`, so the clock stops while the GPU may still be running
+# the backward and the update (CUDA runs asynchronously: PyTorch docs, `notes/cuda.rst`, "Asynchronous
+# execution"), and its first step includes the warm-up. `viz.measure_scaling` below synchronizes and
+# skips a warm-up step. So DataParallel can be slower than one device, not merely "not linear" (`003-17`).
+#
+# The same shift on CPU devices: the MLP at batch 8. The bytes copied barely change, the compute shrinks
+# to almost nothing, and replicate and reduce-add keep their size. Compare with the batch-256 timeline at
+# the top:
+
+# %%
+dp = dpcourse.DataParallel(mlp(), devices=dpcourse.devices(3))
+dp(x[:8]).pow(2).mean().backward()  # warm-up
+with dpcourse.trace() as t:
+    dp(x[:8]).pow(2).mean().backward()
+print(f"bytes copied per step: batch 8 {sum(s.bytes_copied for s in t.spans):,}, "
+      f"batch 256 (first section) {sum(s.bytes_copied for s in traces[-1].spans):,}")
+viz.timeline(t)
+
+# %% [markdown]
+# ## Scaling curves
+# Step time and speed-up of the MLP, batch 256, on 1 to 4 CPU devices (3 measured steps each, after one
+# warm-up):
+
+# %%
+measured = viz.measure_scaling(mlp(), x, [1, 2, 3, 4], steps=3)
+viz.scaling(measured)
+
+# %% [markdown]
+# Do not expect much here (in the stored run, every device count was slower than one device). This
+# machine has 2 cores: 2 devices can run their forwards at the same time, but on CPU devices the
+# backward, two thirds of the arithmetic, runs replica after replica on the main thread, so even a
+# perfect forward leaves at most a 1.2× speed-up; 3 and 4 devices only share the same 2 cores, and the
+# copies, thread hand-offs and turn-taking come on top. On GPUs each replica has a device and a backward
+# thread of its own, so the replicas' compute shrinks with n, while replicate (modules × devices, bytes ×
+# (n - 1)) and reduce-add (bytes × (n - 1)) grow with it and gather stays: past some n the overhead
+# dominates and adding devices makes steps slower (`001-14`; lesson 10's cost model draws these curves).
+#
+# How well documented is that? Less than the seed claims (`001-15`): the PyTorch docs recommend
+# DistributedDataParallel for any multi-GPU training, "even if there is only a single node"
+# (`notes/cuda.rst`), the DDP tutorial calls DataParallel "usually slower", and `data_parallel.py` carries
+# the comment `# TODO: update notes/cuda.rst when this class handles 8+ GPUs well`; none of them shows a
+# scaling curve. External reports exist (facebookresearch/fairseq#34).
+#
+# `docs/benchmarks.md` holds this course's own measurements, taken on this 2-core machine with torch's
+# default threads and many interleaved rounds. Step time of `dpcourse.DataParallel` over the plain
+# one-device step, quiet rounds:
+#
+# | model | 2 CPU devices | 4 CPU devices |
+# |---|---|---|
+# | MLP 512 → 1024 → 1024 → 10, batch 256 (1.6M parameters) | ≈ 1.6× | ≈ 2.0× |
+# | 200 × `Linear(32, 32)`, batch 256 (211k parameters) | ≈ 2.9× | ≈ 5.3× |
+#
+# The many-layer model loses most, as in the GIL section, and replicate alone took about a fifth of its
+# step on 2 devices and a quarter on 4. GPU numbers are not there yet: the GPU benchmark has not been run.
+#
+# ## Summary
+# - Only the replicas' forward runs on threads of its own; scatter, replicate, gather, reduce-add (and, on
+#   CPU devices, backward) run on the main thread, working from `devices[0]`.
+# - Every step copies `(n - 1) ×` the parameter bytes out and sums as many back, and builds
+#   modules × devices Python objects.
+# - Threads overlap only work that releases the GIL: many small layers gain nothing.
+# - `devices[0]` holds the gathered output, the loss, the gradients and the optimizer state.
+# - Small batches and big models make the copies outweigh the work; DataParallel can be slower than one
+#   device.
+#
+# ## Exercises
+# 1. How many bytes does reduce-add sum onto `devices[0]` in one training step of `mlp()` on 4 devices?
+#    Write `reduce_bytes(n)` using a trace.
+# 2. Write `gathered_bytes(model_fn, n, *inputs)` that returns the bytes one forward gathers; check that the
+#    per-sample `WithLoss` model gathers 256 times fewer bytes than the bare MLP.
+
+# %% tags=["solution"]
+def reduce_bytes(n):
+    dp = dpcourse.DataParallel(mlp(), devices=dpcourse.devices(n))
+    with dpcourse.trace() as t:
+        dp(x[:8]).pow(2).mean().backward()
+    return t.steps("reduce-add")[0].bytes_copied
+
+
+# %%
+assert reduce_bytes(4) == 3 * parameter_bytes
+print("exercise 1: reduce-add sums", f"{reduce_bytes(4):,}", "bytes = 3 replicas' gradients")
+
+# %% tags=["solution"]
+def gathered_bytes(model_fn, n, *inputs):
+    with dpcourse.trace() as t:
+        dpcourse.DataParallel(model_fn(), devices=dpcourse.devices(n))(*inputs)
+    return t.steps("gather")[0].bytes_copied
+
+
+# %%
+ratio = gathered_bytes(mlp, 4, x) // gathered_bytes(lambda: WithLoss(mlp()), 4, x, target)
+assert ratio == 256, ratio
+print("exercise 2: the per-sample losses are", ratio, "times fewer bytes to gather")

@@ -70,9 +70,14 @@ def broadcast_coalesced(tensors: Sequence[torch.Tensor], devices: Sequence[torch
 def _sum_bucket(per_replica: Sequence[Sequence[torch.Tensor]], destination: torch.device) -> list[torch.Tensor]:
     """Add up one bucket's gradients from every replica, on ``destination``."""
     if len(per_replica[0]) == 1:
-        total = per_replica[0][0].to(destination, copy=True)
-        for grads in per_replica[1:]:
-            total = total + grads[0].to(destination)  # out of place: a sparse grad may meet a dense one
+        grads = [replica_grads[0].to(destination) for replica_grads in per_replica]
+        if len(grads) == 1:
+            return [grads[0].clone()]
+        # The first sum makes the new tensor (one pass over memory, no copy first); out of place throughout,
+        # because a sparse gradient may meet a dense one.
+        total = grads[0] + grads[1]
+        for grad in grads[2:]:
+            total = total + grad
         return [total]
     shapes = per_replica[0]
     total = torch.cat([g.reshape(-1) for g in per_replica[0]]).to(destination)

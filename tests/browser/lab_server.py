@@ -1,0 +1,131 @@
+"""A JupyterLab server for the browser tests: started on a copy of the notebooks, stopped by its own handle.
+
+Measured facts behind the flags are in the project's JupyterLab tooling notes: ``--IdentityProvider.token`` is
+the current token flag, root needs ``--allow-root``, the news toast only goes away through the notification
+plugin's settings, and ``--LabApp.expose_app_in_browser`` gives tests ``window.jupyterapp``.
+"""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+# User settings for the session (JUPYTERLAB_SETTINGS_DIR): no news or update toasts over the screenshots, every
+# cell in the DOM (the default windowing keeps far-away cells out of it, and the tests count widget views per
+# cell), and no autosave: the notebooks are copies, but nothing should be written behind the test's back.
+SETTINGS = {
+    "@jupyterlab/apputils-extension/notification": {"fetchNews": "false", "checkForUpdates": False},
+    "@jupyterlab/notebook-extension/tracker": {"windowingMode": "none"},
+    "@jupyterlab/docmanager-extension/plugin": {"autosave": False},
+}
+START_TIMEOUT_S = 60
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+class LabServer:
+    """``python -m jupyterlab`` serving ``root_dir`` on 127.0.0.1 with a random port and token.
+
+    The server runs with this interpreter (``sys.executable``), so its ``python3`` kernelspec starts kernels
+    with the same environment's Python. ``env`` is added to the server's environment, which its kernels inherit.
+    """
+
+    def __init__(self, root_dir: Path, state_dir: Path, env: dict[str, str]) -> None:
+        self.root_dir = root_dir
+        self.state_dir = state_dir
+        self.token = os.urandom(16).hex()
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log_path = state_dir / "jupyterlab.log"
+        self.process: subprocess.Popen | None = None
+        self._env = env
+
+    def command(self) -> list[str]:
+        command = [
+            sys.executable, "-m", "jupyterlab", "--no-browser",
+            "--ip", "127.0.0.1", f"--port={self.port}", "--ServerApp.port_retries=0",
+            f"--IdentityProvider.token={self.token}",
+            f"--ServerApp.root_dir={self.root_dir}",
+            "--LabApp.expose_app_in_browser=True",
+        ]
+        if os.geteuid() == 0:
+            command.append("--allow-root")  # jupyter_server refuses to start as root without it
+        return command
+
+    def environment(self) -> dict[str, str]:
+        settings = self.state_dir / "lab-settings"
+        for plugin, values in SETTINGS.items():
+            path = settings / f"{plugin}.jupyterlab-settings"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(values))
+        env = dict(os.environ)
+        env.pop("MPLBACKEND", None)  # the kernels need ipykernel's inline backend to show figures
+        env.update(
+            JUPYTERLAB_SETTINGS_DIR=str(settings),
+            JUPYTERLAB_WORKSPACES_DIR=str(self.state_dir / "workspaces"),
+            JUPYTER_RUNTIME_DIR=str(self.state_dir / "runtime"),
+            JUPYTER_CONFIG_DIR=str(self.state_dir / "config"),  # ignore the user's ~/.jupyter
+            IPYTHONDIR=str(self.state_dir / "ipython"),  # and their IPython startup files
+        )
+        env.update(self._env)
+        return env
+
+    def start(self) -> None:
+        with open(self.log_path, "wb") as log:
+            # A session of its own: if the server must be killed, its kernels go with it (see stop()).
+            self.process = subprocess.Popen(
+                self.command(), env=self.environment(), stdout=log, stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL, start_new_session=True,
+            )
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"JupyterLab exited with status {self.process.returncode}:\n{self.log_tail()}")
+            try:
+                self.api("GET", "/api/status")
+                return
+            except (urllib.error.URLError, ConnectionError):
+                time.sleep(0.25)
+        raise RuntimeError(f"JupyterLab did not answer /api/status within {START_TIMEOUT_S} s:\n{self.log_tail()}")
+
+    def api(self, method: str, path: str) -> object:
+        request = urllib.request.Request(f"{self.url}{path}", method=method)
+        request.add_header("Authorization", f"token {self.token}")
+        with urllib.request.urlopen(request, timeout=10) as response:
+            body = response.read()
+        return json.loads(body) if body else None
+
+    def shutdown_kernels(self, path: str | None = None) -> None:
+        """Shut down the kernels of the sessions open on ``path`` (every session when None)."""
+        for session in self.api("GET", "/api/sessions"):
+            if path is None or session["path"] == path:
+                self.api("DELETE", f"/api/sessions/{session['id']}")
+
+    def stop(self) -> None:
+        """Shut the kernels down, then terminate the server; kill its whole session if it does not exit."""
+        if self.process is None or self.process.poll() is not None:
+            return
+        try:
+            self.shutdown_kernels()
+        except (urllib.error.URLError, ConnectionError, TimeoutError):
+            pass  # the server is unwell; terminating it below still stops its kernels
+        self.process.terminate()
+        try:
+            self.process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.process.pid, signal.SIGKILL)  # the group we created in start(): server and kernels
+            self.process.wait(timeout=15)
+
+    def log_tail(self, lines: int = 30) -> str:
+        text = self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+        return "\n".join(text.splitlines()[-lines:])

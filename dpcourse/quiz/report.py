@@ -87,7 +87,8 @@ class ProgressSummary(widgets.VBox):
             for lesson, c in self.counts.items()
         )
         self.table.value = (
-            "<table><tr><th>lesson</th><th>answered</th><th>correct</th><th>total</th></tr>" + rows + "</table>"
+            '<table style="border-spacing: 16px 2px; margin-left: -16px">'
+            "<tr><th>lesson</th><th>answered</th><th>correct</th><th>total</th></tr>" + rows + "</table>"
         )
         self.note.value = (
             f"<b>Your progress file could not be read:</b> {html.escape(snapshot.problem)}. It will be kept as "

@@ -92,15 +92,24 @@ class QuizWidget(widgets.VBox):
         self.outcome: Outcome | None = None  # the last experiment's result, data included
         self.prompt = widgets.HTML(markup(question.prompt))
         self.choice = (
-            widgets.RadioButtons(options=question.options, value=None, layout=widgets.Layout(width="auto"))
+            # Labels cannot render markdown: drop the `code` backticks there; the value stays the option's text.
+            widgets.RadioButtons(
+                options=[(option.replace("`", ""), option) for option in question.options],
+                value=None,
+                layout=widgets.Layout(width="auto"),
+            )
             if question.kind == "choice"
             else None
         )
         self.answer_box = widgets.Text(placeholder=PLACEHOLDERS[question.kind]) if self.choice is None else None
-        self.submit_button = widgets.Button(description="Check my answer", button_style="primary")
+        self.submit_button = widgets.Button(
+            description="Check my answer", button_style="primary", layout=widgets.Layout(width="auto")
+        )
         self.feedback = widgets.HTML()
         self.explanation = widgets.HTML()
-        self.experiment_button = widgets.Button(description="Run the experiment", icon="flask")
+        self.experiment_button = widgets.Button(
+            description="Run the experiment", icon="flask", layout=widgets.Layout(width="auto")
+        )
         self.result = widgets.HTML()
         self.figure = widgets.Image(format="png")
         for hidden in (self.explanation, self.experiment_button, self.figure):

@@ -123,5 +123,4 @@ def _draw_devices(ax: Axes, devices: list[torch.device], received: dict[str, lis
                 cell(ax, col, i, text, device_color(i), gid="chunk")
     ax.set_xticks([c + 0.5 for c in range(len(received))], list(received))
     ax.xaxis.set_ticks_position("top")
-    ax.xaxis.set_label_position("top")
     ax.set_yticks([i + 0.5 for i in range(len(devices))], [f"{i}: {d}" for i, d in enumerate(devices)])

@@ -43,18 +43,25 @@ def verdict(curve: Speedup) -> str:
     """Where DP stops paying off, and what DDP reaches on all the devices, in one or two sentences."""
     dp, n = curve.dp, curve.devices
     if curve.dp_best == 1:
-        text = (f"DP never pays off here: on 2 devices it runs at {dp[1]:.3f}x the speed of one device, and "
-                f"{dp[-1]:.3f}x on {n[-1]}.")
+        text = (
+            f"DP never pays off here: on 2 devices it runs at {dp[1]:.3f}x the speed of one device, and "
+            f"{dp[-1]:.3f}x on {n[-1]}."
+        )
     elif curve.dp_best == n[-1]:
         text = f"DP still gains up to all {n[-1]} devices: {dp[-1]:.2f}x."
     else:
-        text = (f"DP stops paying off after {curve.dp_best} devices: it peaks at {max(dp):.2f}x there, and every "
-                f"device added beyond makes it slower ({dp[-1]:.2f}x on {n[-1]}).")
+        text = (
+            f"DP stops paying off after {curve.dp_best} devices: it peaks at {max(dp):.2f}x there, and every "
+            f"device added beyond makes it slower ({dp[-1]:.2f}x on {n[-1]})."
+        )
         if curve.dp_slower_than_one_device is not None:
             text += f" From {curve.dp_slower_than_one_device} devices on it is slower than one device."
     units = curve.hardware.compute_units
-    ideal = f"ideal {n[-1]}x" if units >= n[-1] else (
-        f"at best {units}x: only {units} of them {'computes' if units == 1 else 'compute'} at a time")
+    ideal = (
+        f"ideal {n[-1]}x"
+        if units >= n[-1]
+        else (f"at best {units}x: only {units} of them {'computes' if units == 1 else 'compute'} at a time")
+    )
     return f"{text} DDP on {n[-1]} devices: {curve.ddp[-1]:.2f}x ({ideal})."
 
 
@@ -73,21 +80,31 @@ class CostModelCalculator(Explorer):
     Controls: ``preset_toggle``, ``batch_slider``, ``params_slider``, ``bandwidth_slider`` (GB/s).
     """
 
-    def __init__(self, preset: str = "8 GPUs, PCIe", batch: int = 256, params: int = 25_600_000,
-                 bandwidth: int | None = None) -> None:
-        self.preset_toggle = widgets.ToggleButtons(options=list(PRESETS), value=preset, description="machine")
-        self.batch_slider = widgets.SelectionSlider(options=BATCHES, value=batch, description="batch",
-                                                    continuous_update=False)
-        self.params_slider = widgets.SelectionSlider(options=PARAMS, value=params, description="parameters",
-                                                     continuous_update=False)
+    def __init__(
+        self, preset: str = "8 GPUs, PCIe", batch: int = 256, params: int = 25_600_000, bandwidth: int | None = None
+    ) -> None:
+        self.preset_toggle = widgets.ToggleButtons(
+            options=list(PRESETS), value=preset, description="machine", style={"button_width": "auto"}
+        )
+        self.batch_slider = widgets.SelectionSlider(
+            options=BATCHES, value=batch, description="batch", continuous_update=False
+        )
+        self.params_slider = widgets.SelectionSlider(
+            options=PARAMS, value=params, description="parameters", continuous_update=False
+        )
         self.bandwidth_slider = widgets.SelectionSlider(
-            options=[(f"{gbps} GB/s", gbps) for gbps in BANDWIDTHS], value=bandwidth or preset_bandwidth(preset),
-            description="link", continuous_update=False)
+            options=[(f"{gbps} GB/s", gbps) for gbps in BANDWIDTHS],
+            value=bandwidth or preset_bandwidth(preset),
+            description="link",
+            continuous_update=False,
+        )
         self.summary = widgets.HTML()
         self.terms_table = widgets.HTML()
         formulas = "\n\n".join([costmodel.FORMULAS["dp"], costmodel.FORMULAS["ddp"], costmodel.SYMBOLS])
-        self.formula = widgets.HTML(f"<details><summary>The formulas (<code>costmodel.formula</code>)</summary>"
-                                    f"<pre>{html.escape(formulas, quote=False)}</pre></details>")
+        self.formula = widgets.HTML(
+            f"<details><summary>The formulas (<code>costmodel.formula</code>)</summary>"
+            f"<pre>{html.escape(formulas, quote=False)}</pre></details>"
+        )
         sliders = [self.batch_slider, self.params_slider, self.bandwidth_slider]
         rows = [self.preset_toggle, widgets.HBox(sliders), self.summary, self.terms_table, self.formula]
         super().__init__(["preset_toggle", "batch_slider", "params_slider", "bandwidth_slider"], rows)
@@ -121,10 +138,15 @@ class CostModelCalculator(Explorer):
             self.terms |= {(kind, n): costmodel.step_time(kind, n, model, machine) for n in COMPARED}
         self.show_figure(setting, lambda: plot_speedup(machine, model, MAX_DEVICES))
         self.summary.value = paragraph(
-            f"{machine.name}: {self.params_slider.label} parameters, batch {model.batch}. {verdict(self.speedup)}")
+            f"{machine.name}: {self.params_slider.label} parameters, batch {model.batch}. {verdict(self.speedup)}"
+        )
         header = ["term (ms per step)"] + [
-            "one device" if kind == "single" else f"{kind.upper()} n={n}" for kind, n in self.terms]
-        rows = [[term] + [_ms(terms.get(term)) for terms in self.terms.values()]
-                for term in TERMS if any(term in terms for terms in self.terms.values())]
+            "one device" if kind == "single" else f"{kind.upper()} n={n}" for kind, n in self.terms
+        ]
+        rows = [
+            [term] + [_ms(terms.get(term)) for terms in self.terms.values()]
+            for term in TERMS
+            if any(term in terms for terms in self.terms.values())
+        ]
         rows.append(["step"] + [_ms(sum(terms.values())) for terms in self.terms.values()])
         self.terms_table.value = table(header, rows)

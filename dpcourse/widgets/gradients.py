@@ -27,17 +27,23 @@ def explain(reduction: str, batch: int, data: dict) -> str:
     """Say in words why the gradient differs from one device's (or why it does not), from a figure's data."""
     difference = f"max |difference| = {_number(data['max_abs_diff'])}"
     if reduction == "mean":
-        return (f"{difference}: the loss is averaged after the gather, over all {batch} rows at once, so every "
-                f"sample weighs 1/{batch} as on one device; only float rounding differs.")
+        return (
+            f"{difference}: the loss is averaged after the gather, over all {batch} rows at once, so every "
+            f"sample weighs 1/{batch} as on one device; only float rounding differs."
+        )
     if reduction == "sum":
-        return (f"{difference}: the per-sample losses are summed after the gather, so every sample weighs 1 as on "
-                f"one device (a sum-loss, so gradients are {batch}x larger than the mean's); only rounding differs.")
+        return (
+            f"{difference}: the per-sample losses are summed after the gather, so every sample weighs 1 as on "
+            f"one device (a sum-loss, so gradients are {batch}x larger than the mean's); only rounding differs."
+        )
     chunks, weights = data["chunks"], data["weights"].tolist()
     starts = [sum(chunks[:j]) for j in range(len(chunks))]
     by_size = {size: _fraction(weights[start]) for size, start in zip(chunks, starts, strict=True)}
     if len(by_size) == 1:
-        return (f"{difference}: the chunks are even ({', '.join(map(str, chunks))}), so a mean of chunk means "
-                f"weighs every sample {by_size[chunks[0]]} as one device does; only rounding differs.")
+        return (
+            f"{difference}: the chunks are even ({', '.join(map(str, chunks))}), so a mean of chunk means "
+            f"weighs every sample {by_size[chunks[0]]} as one device does; only rounding differs."
+        )
     owner = {True: "chunks'", False: "chunk's"}  # keyed by: more than one chunk of this size?
     parts = [f"the {size}-row {owner[chunks.count(size) > 1]} samples {w}" for size, w in by_size.items()]
     return f"{difference}: per-replica means weigh {' and '.join(parts)} instead of 1/{batch}."
@@ -62,7 +68,9 @@ class GradientSum(Explorer):
     """
 
     def __init__(self, reduction: str = "mean", batch: int = 10, devices: int = 4) -> None:
-        self.reduction_toggle = widgets.ToggleButtons(options=REDUCTIONS, value=reduction, description="loss")
+        self.reduction_toggle = widgets.ToggleButtons(
+            options=REDUCTIONS, value=reduction, description="loss", style={"button_width": "auto"}
+        )
         self.batch_slider = int_slider("batch", batch, 1, 32)
         self.devices_slider = int_slider("devices", devices, 1, 8)
         self.summary = widgets.HTML()

@@ -35,9 +35,12 @@ class Timeline(Explorer):
     """
 
     def __init__(self, model: str = "small", batch: int = 64, devices: int = 2, steps: int = 3) -> None:
-        self.model_toggle = widgets.ToggleButtons(options=list(MODELS), value=model, description="model")
-        self.batch_slider = widgets.SelectionSlider(options=BATCHES, value=batch, description="batch",
-                                                    continuous_update=False)
+        self.model_toggle = widgets.ToggleButtons(
+            options=list(MODELS), value=model, description="model", style={"button_width": "auto"}
+        )
+        self.batch_slider = widgets.SelectionSlider(
+            options=BATCHES, value=batch, description="batch", continuous_update=False
+        )
         self.devices_slider = int_slider("devices", devices, 1, 8)
         self.steps_slider = int_slider("steps", steps, 1, 10)
         self.run_button = widgets.Button(description="Run", icon="play", button_style="primary")
@@ -58,8 +61,10 @@ class Timeline(Explorer):
 
     def _describe_settings(self) -> str:
         choice = MODELS[self.model_toggle.value]
-        return (f"{choice.label}, batch {self.batch_slider.value}, {self.devices_slider.value} devices, "
-                f"{self.steps_slider.value} steps")
+        return (
+            f"{choice.label}, batch {self.batch_slider.value}, {self.devices_slider.value} devices, "
+            f"{self.steps_slider.value} steps"
+        )
 
     @reports_errors
     def _clear(self, _change: object = None) -> None:

@@ -16,7 +16,18 @@ from torch import nn
 import dpcourse
 from dpcourse import viz
 
-from .lab import Counter, Mean, caught_warnings, data_parallel, error_of, headline, home, seeded, seeded_module
+from .lab import (
+    Counter,
+    Mean,
+    caught_warnings,
+    data_parallel,
+    error_of,
+    headline,
+    home,
+    seeded,
+    seeded_module,
+    three_forwards,
+)
 from .outcome import Outcome, experiment, only_true
 
 
@@ -162,10 +173,7 @@ def keyword_pads_inputs() -> Outcome:
 @experiment
 def counter_lost_on_two_devices() -> Outcome:
     """``self.calls += 1`` rebinds the attribute on a throwaway replica: 3 forwards on 2 devices leave it at 0."""
-    model = Counter()
-    dp = data_parallel(model, 2)
-    for _ in range(3):
-        dp(seeded(4, 2))
+    model = three_forwards(Counter(), 2)
     text = f"3 forwards on 2 devices, forward does self.calls += 1:\n  model.calls = {model.calls}"
     return Outcome(text, model.calls)
 
@@ -184,10 +192,7 @@ class Logger(nn.Module):
 @experiment
 def list_attribute_shared() -> Outcome:
     """A list attribute is the same object in every replica: each replica appends to it, from its own thread."""
-    model = Logger()
-    dp = data_parallel(model, 2)
-    for _ in range(3):
-        dp(seeded(4, 2))
+    model = three_forwards(Logger(), 2)
     text = (
         "3 forwards on 2 devices, forward does self.log.append(thread name):\n"
         f"  len(model.log) = {len(model.log)}\n  appends per thread: {dict(collections.Counter(model.log))}"

@@ -10,7 +10,7 @@ from torch.nn.utils.rnn import pad_sequence
 import dpcourse
 from dpcourse import viz
 
-from .lab import data_parallel, gathered_means, home, rounded, seeded, seeded_module
+from .lab import data_parallel, gathered_means, home, rounded, seeded, seeded_module, three_forwards
 from .outcome import Outcome, experiment, only_true
 
 
@@ -168,10 +168,7 @@ class Tally(nn.Module):
 @experiment
 def review_buffer_counter() -> Outcome:
     """3 forwards of 8 rows on 4 devices: buffers keep replica 0's in-place updates, the int keeps nothing."""
-    model = Tally()
-    dp = data_parallel(model, 4)
-    for _ in range(3):
-        dp(seeded(8, 2))
+    model = three_forwards(Tally(), 4, rows=8)
     text = (
         "3 forwards, 8 rows each, 4 devices:\n"
         f"  buffer forwards += 1      -> {model.forwards.item():g}\n"

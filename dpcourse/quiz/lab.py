@@ -37,6 +37,14 @@ def data_parallel(module: nn.Module, n_devices: int) -> dpcourse.DataParallel:
     return dpcourse.DataParallel(module.to(home()), devices=dpcourse.devices(n_devices))
 
 
+def three_forwards(model: nn.Module, n_devices: int, rows: int = 4, features: int = 2) -> nn.Module:
+    """Run 3 DataParallel forwards of ``rows`` seeded rows on ``n_devices`` devices; return ``model`` to inspect."""
+    dp = data_parallel(model, n_devices)
+    for _ in range(3):
+        dp(seeded(rows, features))
+    return model
+
+
 def error_of(call: Callable[[], object]) -> Exception | None:
     """The exception ``call()`` raises, or ``None``: experiments show errors as results."""
     try:

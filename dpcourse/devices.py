@@ -77,6 +77,13 @@ def as_devices(devices: Sequence[DeviceLike]) -> list[torch.device]:
     return [as_device(d) for d in devices]
 
 
+def usable_gpus() -> int:
+    """How many GPUs dpcourse may use: all visible ones, or none when ``DPCOURSE_DEVICES=cpu`` is set."""
+    if not torch.cuda.is_available() or os.environ.get("DPCOURSE_DEVICES", "").lower() == "cpu":
+        return 0
+    return torch.cuda.device_count()
+
+
 def devices(n: int) -> list[torch.device]:
     """Return ``n`` devices to run ``n`` replicas on, the best this machine can do.
 
@@ -91,8 +98,7 @@ def devices(n: int) -> list[torch.device]:
     """
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise ValueError(f"devices(n) needs a whole number of replicas n >= 1, got {n!r}.")
-    use_gpus = torch.cuda.is_available() and os.environ.get("DPCOURSE_DEVICES", "").lower() != "cpu"
-    gpus = torch.cuda.device_count() if use_gpus else 0
+    gpus = usable_gpus()
     if gpus == 0:
         return [torch.device("cpu")] * n
     return [torch.device("cuda", i % gpus) for i in range(n)]

@@ -61,12 +61,22 @@ def max_weight_difference(a: nn.Module, b: nn.Module) -> float:
     return max((pa - pb).abs().max().item() for pa, pb in zip(a.parameters(), b.parameters(), strict=True))
 
 
-def train(model: nn.Module, steps: int = 20, batch: int = 10, lr: float = 0.1, momentum: float = 0.9) -> list[float]:
-    """``steps`` of SGD with momentum on fresh seeded batches; returns the losses. Works for DataParallel too.
+def sgd_step(model: nn.Module, lr: float, momentum: float = 0.0, velocities: list[torch.Tensor] | None = None) -> None:
+    """``torch.optim.SGD(lr=lr, momentum=momentum)``'s update, written out (a test checks they agree).
 
-    The update is written out (it is ``torch.optim.SGD(lr=lr, momentum=momentum)``'s, which a test checks):
-    the first construction of a torch optimizer imports torch._dynamo, about 2 s that a lesson cannot spare.
+    The first construction of a torch optimizer imports torch._dynamo, about 2 s that a lesson or a widget
+    click cannot spare. ``velocities`` holds one momentum buffer per parameter, kept by the caller.
     """
+    with torch.no_grad():
+        for i, p in enumerate(model.parameters()):
+            step = p.grad
+            if velocities is not None:
+                step = velocities[i].mul_(momentum).add_(p.grad)
+            p -= lr * step
+
+
+def train(model: nn.Module, steps: int = 20, batch: int = 10, lr: float = 0.1, momentum: float = 0.9) -> list[float]:
+    """``steps`` of SGD with momentum on fresh seeded batches; returns the losses. Works for DataParallel too."""
     velocities = [torch.zeros_like(p) for p in model.parameters()]
     losses = []
     for step in range(steps):
@@ -74,10 +84,7 @@ def train(model: nn.Module, steps: int = 20, batch: int = 10, lr: float = 0.1, m
         model.zero_grad()
         loss = loss_fn(model(x), y)
         loss.backward()
-        with torch.no_grad():
-            for p, velocity in zip(model.parameters(), velocities, strict=True):
-                velocity.mul_(momentum).add_(p.grad)
-                p -= lr * velocity
+        sgd_step(model, lr, momentum, velocities)
         losses.append(loss.item())
     return losses
 

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 import dpcourse
-from dpcourse.devices import as_device, as_devices
+from dpcourse.devices import as_device, as_devices, usable_gpus
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU mode")
@@ -21,7 +21,7 @@ def test_with_gpus_replicas_share_them_round_robin(monkeypatch):
 
 def test_cpu_devices_can_be_forced(monkeypatch):
     monkeypatch.setenv("DPCOURSE_DEVICES", "cpu")
-    assert dpcourse.devices(2) == [torch.device("cpu")] * 2
+    assert dpcourse.devices(2) == [torch.device("cpu")] * 2 and usable_gpus() == 0
 
 
 def test_device_spellings():

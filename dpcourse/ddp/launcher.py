@@ -38,6 +38,8 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from ..devices import usable_gpus
+
 TIMEOUT = datetime.timedelta(seconds=30)
 
 
@@ -59,9 +61,7 @@ def free_port() -> int:
 
 def backend_for(world_size: int) -> str:
     """NCCL when every local rank can have a GPU of its own; gloo (CPU) otherwise or with DPCOURSE_DEVICES=cpu."""
-    use_gpus = torch.cuda.is_available() and os.environ.get("DPCOURSE_DEVICES", "").lower() != "cpu"
-    gpus = torch.cuda.device_count() if use_gpus else 0
-    return "nccl" if gpus >= world_size else "gloo"
+    return "nccl" if usable_gpus() >= world_size else "gloo"
 
 
 def device() -> torch.device:

@@ -82,15 +82,6 @@ class TimedStep:
         return self.forward + self.backward + self.optimizer
 
 
-def sgd_step(model: torch.nn.Module, lr: float) -> None:
-    """``torch.optim.SGD(lr=lr)``'s step and ``zero_grad``, written out: a torch optimizer's first use imports
-    torch._dynamo (~2 s), which would make the first Run look slow for a reason that is not DataParallel's."""
-    with torch.no_grad():
-        for p in model.parameters():
-            p -= lr * p.grad
-            p.grad = None
-
-
 def trace_steps(choice: ModelChoice, n_devices: int, batch: int, steps: int) -> list[TimedStep]:
     """One untraced warm-up step, then ``steps`` traced SGD steps of ``DataParallel`` of a fresh model.
 
@@ -114,7 +105,7 @@ def trace_steps(choice: ModelChoice, n_devices: int, batch: int, steps: int) -> 
     def step() -> tuple[float, float, float]:
         output, forward = timed(lambda: data_parallel(x))
         _, backward = timed(lambda: examples.loss_fn(output, y).backward())
-        _, update = timed(lambda: sgd_step(model, lr=0.01))
+        _, update = timed(lambda: (examples.sgd_step(model, lr=0.01), model.zero_grad()))
         return forward, backward, update
 
     step()

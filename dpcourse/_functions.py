@@ -88,13 +88,13 @@ class Gather(Function):
 def _check_same_shape_but_dim(inputs: tuple[torch.Tensor, ...], dim: int) -> None:
     first = inputs[0]
     for i, t in enumerate(inputs[1:], start=1):
-        if t.dim() != first.dim():
-            raise ValueError(
+        if t.dim() != first.dim():  # torch's C++ gather raises RuntimeError for these two as well
+            raise RuntimeError(
                 f"Cannot gather: replica {i} returned a {t.dim()}-d tensor but replica 0 a {first.dim()}-d one. "
                 f"Every replica must return tensors of the same rank."
             )
-    if first.dim() == 0:
-        raise ValueError(
+    if first.dim() == 0:  # torch: "Dimension specified as ... but tensor has no dimensions" (IndexError)
+        raise IndexError(
             f"Cannot gather scalar outputs along dim={dim}: a scalar has no dimension {dim}. "
             f"Gather scalars with dim=0 (they become a vector), or return tensors with a batch dimension."
         )
@@ -109,7 +109,7 @@ def _check_same_shape_but_dim(inputs: tuple[torch.Tensor, ...], dim: int) -> Non
         shape = list(t.shape)
         del shape[dim]
         if shape != expected:
-            raise ValueError(
+            raise RuntimeError(
                 f"Cannot gather: replica {i} returned shape {list(t.shape)} but replica 0 returned "
                 f"{list(first.shape)}. Outputs may differ only along the gather dim ({dim}); "
                 f"make every replica return the same shape apart from its batch size."

@@ -19,8 +19,8 @@ def _is_namedtuple(obj: Any) -> bool:
 
 
 def _check_splittable(tensor: torch.Tensor, dim: int) -> None:
-    if tensor.dim() == 0:
-        raise ValueError(
+    if tensor.dim() == 0:  # torch: "chunk expects at least a 1-dimensional tensor" (RuntimeError)
+        raise RuntimeError(
             "Cannot scatter a 0-d tensor (a scalar): it has no batch dimension to split. "
             "Pass it as a Python number (tensor.item()), or give it a batch dimension (tensor.expand(batch))."
         )
@@ -51,7 +51,8 @@ def scatter(inputs: Any, devices: Sequence[DeviceLike], dim: int = 0) -> Any:
     """
     devices = as_devices(devices)
     if not devices:
-        raise ValueError("scatter needs at least one device; got an empty list. Try dpcourse.devices(2).")
+        # torch: "chunk expects `chunks` to be greater than 0" (RuntimeError)
+        raise RuntimeError("scatter needs at least one device; got an empty list. Try dpcourse.devices(2).")
 
     def scatter_map(obj: Any) -> Any:
         if isinstance(obj, torch.Tensor):

@@ -92,8 +92,8 @@ class WidthFollowsChunk(nn.Module):
 
 try:
     dpcourse.DataParallel(WidthFollowsChunk(), devices=devices)(torch.zeros(10, 8))
-except ValueError as error:
-    print("ValueError:", error)
+except RuntimeError as error:
+    print("RuntimeError:", error)
 
 # %% [markdown]
 # torch refuses the same outputs in C++ (`torch/csrc/cuda/comm.cpp`, `gather`: "Input tensor at index i has

@@ -339,7 +339,7 @@ lengths = torch.tensor([6, 4, 3, 2])
 torch.manual_seed(0)
 try:
     dpcourse.DataParallel(Tagger(), devices=dpcourse.devices(2))(sequences, lengths)
-except ValueError as error:
+except RuntimeError as error:
     print(error)
 
 # %% [markdown]

@@ -85,10 +85,15 @@ def _sum_bucket(per_replica: Sequence[Sequence[torch.Tensor]], destination: torc
     out of place while the total is sparse, since a sparse gradient may meet a dense one.
     """
     flats = [_flatten(grads).to(destination) for grads in per_replica]
-    total = flats[0].clone() if len(flats) == 1 else flats[0] + flats[1]
+    total = flats[0].clone() if len(flats) == 1 else _add(flats[0], flats[1])
     for flat in flats[2:]:
-        total = total + flat if total.is_sparse else total.add_(flat)
+        total = _add(total, flat) if total.is_sparse else total.add_(flat)
     return _unflatten(total, per_replica[0])
+
+
+def _add(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    # torch adds a sparse tensor to a dense one, but not a dense one to a sparse one
+    return b + a if a.is_sparse and not b.is_sparse else a + b
 
 
 def reduce_add_coalesced(

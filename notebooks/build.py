@@ -1,72 +1,72 @@
 """Build the lesson notebooks from their sources in notebooks/src/, executed, with widget state saved.
 
-    python notebooks/build.py                 # every lesson
-    python notebooks/build.py 02_scatter      # one lesson (name without .py)
+    python notebooks/build.py                       # every lesson
+    python notebooks/build.py 02_scatter            # one lesson (name without .py)
+    python notebooks/build.py --to-source 02_scatter   # bring edits made in JupyterLab back to the source
 
-Each source is a Python file in "percent" format (the format jupytext and VS Code read):
+Each source is a Python file in jupytext's "percent" format (what jupytext, VS Code and PyCharm read):
 
     # %% [markdown]
     # # Title
     # Text...
 
-    # %%
-    x = dpcourse.scatter(batch, devices)
-
     # %% tags=["nbval-ignore-output"]
     timings()
 
-A markdown cell's lines drop their leading "# ". Tags go to the cell's metadata, where nbval reads
-"nbval-ignore-output"; a code cell tagged "solution" is shown collapsed (an exercise's answer, one click
-away). Cells that open with a level-1 or level-2 heading start a new slide.
-The notebook is then run top to bottom in a fresh kernel and saved with its outputs, which is what
+jupytext turns it into cells, with the tags in each cell's metadata (nbval reads "nbval-ignore-output").
+This script then adds what a classroom needs: a code cell tagged "solution" is shown collapsed (an exercise's
+answer, one click away), and cells that open with a level-1 or level-2 heading start a new slide. The
+notebook is run top to bottom in a fresh kernel and saved with its outputs and widget state, which is what
 nbval compares against (tests/nbval_sanitize.cfg masks what legitimately changes between runs).
+
+``--to-source`` goes the other way: the notebook's cells, without outputs and without the metadata this
+script adds, are written back to notebooks/src/ as percent text. Then rebuild, so the outputs match.
 """
 
-import json
+import argparse
 import os
-import re
-import sys
+import runpy
 from pathlib import Path
 
+import jupytext
 import nbformat
 from nbclient import NotebookClient
 
 HERE = Path(__file__).parent
-CELL_MARKER = re.compile(r"^# %%(?P<markdown> \[markdown\])?(?: tags=(?P<tags>\[.*\]))?\s*$")
+LESSON_ENVIRONMENT = runpy.run_path(str(HERE / "conftest.py"))["LESSON_ENVIRONMENT"]  # CPU devices
+SOURCES = HERE / "src"
+KERNEL = {"name": "python3", "display_name": "Python 3", "language": "python"}
 
 
-def parse_cells(source: str) -> list[nbformat.NotebookNode]:
-    """Split a percent-format source into notebook cells."""
-    cells = []
-    for block in re.split(r"(?m)^(?=# %%)", source):
-        if not block.strip():
-            continue
-        header, _, body = block.partition("\n")
-        match = CELL_MARKER.match(header)
-        if match is None:
-            raise ValueError(f"Expected a '# %%' cell marker, got: {header!r}")
-        body = body.strip("\n")
-        metadata = {"tags": json.loads(match["tags"])} if match["tags"] else {}
-        if match["markdown"]:
-            text = "\n".join(re.sub(r"^# ?", "", line) for line in body.splitlines())
-            metadata["slideshow"] = {"slide_type": "slide" if re.match(r"#{1,2} ", text) else "-"}
-            cells.append(nbformat.v4.new_markdown_cell(text, metadata=metadata))
-        else:
-            metadata["slideshow"] = {"slide_type": "-"}
-            if "solution" in metadata.get("tags", []):
-                metadata["jupyter"] = {"source_hidden": True}
-            cells.append(nbformat.v4.new_code_cell(body, metadata=metadata))
-    return cells
+def add_classroom_metadata(notebook: nbformat.NotebookNode) -> None:
+    """Slides start at level-1 and level-2 headings; solution cells are collapsed; cell ids follow the order."""
+    for index, cell in enumerate(notebook.cells):
+        cell.id = f"cell-{index}"  # not random, so that a rebuild changes only what changed
+        starts_slide = cell.cell_type == "markdown" and cell.source.startswith(("# ", "## "))
+        cell.metadata["slideshow"] = {"slide_type": "slide" if starts_slide else "-"}
+        if cell.cell_type == "code" and "solution" in cell.metadata.get("tags", []):
+            cell.metadata["jupyter"] = {"source_hidden": True}
+
+
+def remove_classroom_metadata(notebook: nbformat.NotebookNode) -> None:
+    """Undo ``add_classroom_metadata`` and drop what running left behind, leaving what the source holds."""
+    for cell in notebook.cells:
+        cell.metadata.pop("slideshow", None)
+        cell.metadata.pop("jupyter", None)
+        if cell.cell_type == "code":
+            cell.outputs, cell.execution_count = [], None
 
 
 def build(name: str, timeout: int = 300) -> Path:
     """Convert notebooks/src/<name>.py into notebooks/<name>.ipynb and execute it in place."""
-    notebook = nbformat.v4.new_notebook()
-    notebook.cells = parse_cells((HERE / "src" / f"{name}.py").read_text())
-    notebook.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-    notebook.metadata["language_info"] = {"name": "python"}
-    os.environ.setdefault("DPCOURSE_DEVICES", "cpu")  # stored outputs are CPU outputs (see notebooks/conftest.py)
-    client = NotebookClient(notebook, timeout=timeout, kernel_name="python3", store_widget_state=True)
+    notebook = jupytext.read(SOURCES / f"{name}.py", fmt="py:percent")
+    notebook.metadata = {"kernelspec": KERNEL, "language_info": {"name": "python"}}
+    add_classroom_metadata(notebook)
+    for variable, value in LESSON_ENVIRONMENT.items():
+        os.environ.setdefault(variable, value)
+    client = NotebookClient(
+        notebook, timeout=timeout, kernel_name="python3", store_widget_state=True, record_timing=False
+    )
     client.execute(cwd=str(HERE))
     notebook.metadata["language_info"] = {"name": "python"}  # drop the exact version: it is not the lesson's
     target = HERE / f"{name}.ipynb"
@@ -74,11 +74,26 @@ def build(name: str, timeout: int = 300) -> Path:
     return target
 
 
-def main(names: list[str]) -> None:
-    names = names or sorted(p.stem for p in (HERE / "src").glob("*.py"))
+def to_source(name: str) -> Path:
+    """Write notebooks/<name>.ipynb back to notebooks/src/<name>.py (cells only: no outputs, no build metadata)."""
+    notebook = nbformat.read(HERE / f"{name}.ipynb", as_version=4)
+    remove_classroom_metadata(notebook)
+    notebook.metadata = {"jupytext": {"notebook_metadata_filter": "-all"}}  # no YAML header in the source
+    target = SOURCES / f"{name}.py"
+    target.write_text(jupytext.writes(notebook, fmt="py:percent"))
+    return target
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("names", nargs="*", help="lessons, e.g. 02_scatter (default: all)")
+    parser.add_argument("--to-source", action="store_true", help="notebook -> source instead of source -> notebook")
+    args = parser.parse_args()
+    names = args.names or sorted(p.stem for p in SOURCES.glob("*.py"))
     for name in names:
-        print(f"built {build(name).relative_to(HERE.parent)}")
+        written = to_source(name) if args.to_source else build(name)
+        print(f"wrote {written.relative_to(HERE.parent)}")
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    main()

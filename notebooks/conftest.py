@@ -1,9 +1,13 @@
-"""nbval runs each lesson in a kernel that inherits this process's environment.
+"""The one place that says how lessons run when they are built and tested: on CPU devices.
 
-The stored outputs were made with CPU devices (notebooks/build.py sets the same variable), so on a GPU
-machine too the lessons run on CPU devices under test and their outputs compare equal.
+nbval runs each lesson in a kernel that inherits this process's environment, notebooks/build.py sets the same
+variables before it executes a lesson, and the browser tests start JupyterLab with them. The stored outputs
+were made with CPU devices, so on a GPU machine too the lessons compare equal.
 """
 
 import os
 
-os.environ.setdefault("DPCOURSE_DEVICES", "cpu")
+LESSON_ENVIRONMENT = {"DPCOURSE_DEVICES": "cpu"}
+
+for _variable, _value in LESSON_ENVIRONMENT.items():
+    os.environ.setdefault(_variable, _value)

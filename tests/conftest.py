@@ -3,7 +3,8 @@
 The markers themselves are registered in pyproject.toml.
 """
 
-import os
+import runpy
+from pathlib import Path
 
 import matplotlib
 import pytest
@@ -12,9 +13,8 @@ import pytest
 # inherit the environment, and the notebooks need ipykernel's inline backend to store figure outputs.
 matplotlib.use("Agg")
 
-# The notebooks' stored outputs were made with CPU devices; nbval's kernels inherit this, so on a GPU
-# machine too the lessons run on CPU devices under test and their outputs compare equal.
-os.environ.setdefault("DPCOURSE_DEVICES", "cpu")
+# The lessons' environment (CPU devices), set in one place; the quiz experiments tested here are the lessons'.
+LESSON_ENVIRONMENT = runpy.run_path(str(Path(__file__).parent.parent / "notebooks" / "conftest.py"))["LESSON_ENVIRONMENT"]
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

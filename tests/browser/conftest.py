@@ -62,7 +62,8 @@ def progress_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def lab(lab_root: Path, progress_file: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LabServer]:
-    env = {"DPCOURSE_PROGRESS": str(progress_file), "DPCOURSE_DEVICES": "cpu"}  # CPU, as the stored outputs
+    # The lessons' environment (CPU devices, as the stored outputs) comes with os.environ: tests/conftest.py set it.
+    env = {"DPCOURSE_PROGRESS": str(progress_file)}
     server = LabServer(lab_root, tmp_path_factory.mktemp("lab-state"), env)
     start = time.monotonic()
     try:

@@ -1,0 +1,38 @@
+"""notebooks/build.py: jupytext reads each source, and a notebook edited in JupyterLab goes back to the same text."""
+
+import runpy
+from pathlib import Path
+
+import jupytext
+import nbformat
+import pytest
+
+NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
+build = runpy.run_path(str(NOTEBOOKS / "build.py"))
+SOURCES = sorted((NOTEBOOKS / "src").glob("*.py"))
+
+
+@pytest.mark.parametrize("source", SOURCES, ids=[s.stem for s in SOURCES])
+def test_source_to_notebook_and_back_gives_the_same_text(source):
+    notebook = jupytext.read(source, fmt="py:percent")
+    build["add_classroom_metadata"](notebook)
+    build["remove_classroom_metadata"](notebook)
+    notebook.metadata = {"jupytext": {"notebook_metadata_filter": "-all"}}
+    assert jupytext.writes(notebook, fmt="py:percent") == source.read_text()
+
+
+@pytest.mark.parametrize("source", SOURCES, ids=[s.stem for s in SOURCES])
+def test_the_committed_notebook_has_the_sources_cells(source):
+    built = nbformat.read(NOTEBOOKS / f"{source.stem}.ipynb", as_version=4)
+    cells = jupytext.read(source, fmt="py:percent").cells
+    assert [(c.cell_type, c.source) for c in built.cells] == [(c.cell_type, c.source) for c in cells], (
+        f"notebooks/{source.stem}.ipynb is out of date: run `python notebooks/build.py {source.stem}`"
+    )
+
+
+def test_slides_and_collapsed_solutions():
+    notebook = jupytext.reads('# %% [markdown]\n# ## A slide\n\n# %% tags=["solution"]\nx = 1\n', fmt="py:percent")
+    build["add_classroom_metadata"](notebook)
+    heading, solution = notebook.cells
+    assert heading.metadata["slideshow"] == {"slide_type": "slide"}
+    assert solution.metadata["jupyter"] == {"source_hidden": True} and solution.id == "cell-1"

@@ -14,7 +14,7 @@ import pytest
 matplotlib.use("Agg")
 
 # The lessons' environment (CPU devices), set in one place; the quiz experiments tested here are the lessons'.
-LESSON_ENVIRONMENT = runpy.run_path(str(Path(__file__).parent.parent / "notebooks" / "conftest.py"))["LESSON_ENVIRONMENT"]
+runpy.run_path(str(Path(__file__).parent.parent / "notebooks" / "conftest.py"))
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -186,7 +186,26 @@ def _with_load(part: Callable[[], dict]) -> dict:
     return {**result, "others_cores": (timing.others_cpu_seconds() - others) / (time.perf_counter() - start)}
 
 
+def experiment_times(run: bool) -> dict:
+    """Seconds per quiz experiment, the faster of two runs (the first may pay a one-time warm-up).
+
+    A learner clicks "Run the experiment" and waits for it: the target is 0.3 s each.
+    """
+    import dpcourse.quiz  # noqa: F401  (importing the quiz registers every experiment)
+    from dpcourse.quiz.outcome import EXPERIMENTS
+
+    if not run:
+        return {"experiments": sorted(EXPERIMENTS), "slowest_s": None, "note": "listed only (--quick)"}
+    seconds = {}
+    for name, experiment in EXPERIMENTS.items():
+        seconds[name] = min(timing.wall_time(experiment)() for _ in range(2))
+    slowest = max(seconds, key=seconds.get)
+    return {"seconds": seconds, "slowest": slowest, "slowest_s": seconds[slowest],
+            "over_target": sorted(name for name, s in seconds.items() if s > 0.3), "note": "best of 2 runs each"}
+
+
 def run(quick: bool) -> dict:
-    """Notebooks and widgets; ``quick`` only lists them (a full run takes minutes)."""
+    """Notebooks, quiz experiments and widgets; ``quick`` only lists them (a full run takes minutes)."""
     return {"notebooks": _with_load(lambda: notebook_times(ROOT / "notebooks", run=not quick)),
+            "experiments": _with_load(lambda: experiment_times(run=not quick)),
             "widgets": _with_load(lambda: widget_latency(run=not quick))}

@@ -94,6 +94,9 @@ def targets(results: dict) -> list[dict]:
     total = course.get("notebooks", {}).get("total_s")
     found.append(_target("Course: all notebooks under nbval (s)", "<= 60", total,
                          None if total is None else total <= 60, course.get("notebooks", {}).get("note", "")))
+    slowest = course.get("experiments", {}).get("slowest_s")
+    found.append(_target("Course: slowest quiz experiment (s)", "<= 0.3", slowest,
+                         None if slowest is None else slowest <= 0.3, course.get("experiments", {}).get("note", "")))
     widgets = course.get("widgets", {})
     median, worst_ms = widgets.get("slowest_median_ms"), widgets.get("worst_ms")
     found.append(_target("Widgets: median of the slowest control (ms)", "<= 100", median,

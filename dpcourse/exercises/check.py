@@ -1,0 +1,143 @@
+"""Run a learner's function against an oracle on several cases, and say per case what passed and what did not.
+
+    report = exercises.check("chunk_sizes", chunk_sizes)
+
+A check never raises and never shows a traceback: a case that raises is a failed case, with the exception's
+type and first line. If the learner has not written the function yet (it still raises the stub's
+``NotImplementedError``), the report says "not attempted yet" and nothing fails, so "Run All" on an untouched
+student notebook completes.
+"""
+
+import dataclasses
+import html
+import math
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+NOT_ATTEMPTED, PASSED, FAILED = "not attempted yet", "passed", "failed"
+
+
+@dataclasses.dataclass
+class Case:
+    """One call of the learner's function: ``function(*args)``, described in words, with a hint for a failure."""
+
+    description: str
+    args: tuple
+    hint: str = ""
+
+
+@dataclasses.dataclass
+class Exercise:
+    """What the learner writes (``task``), the cases to try, and how to judge an answer.
+
+    ``judge(case, answer)`` returns ``None`` for a right answer, else a sentence naming the first thing that
+    differs. ``cases`` is a function, so that every check starts from fresh tensors.
+    """
+
+    name: str
+    task: str
+    cases: Callable[[], list[Case]]
+    judge: Callable[[Case, Any], str | None]
+
+
+@dataclasses.dataclass
+class Outcome:
+    case: Case
+    verdict: str  # PASSED or FAILED
+    detail: str = ""
+
+
+@dataclasses.dataclass
+class Report:
+    """The result of one check: ``status`` is "passed", "failed" or "not attempted yet"."""
+
+    exercise: Exercise
+    outcomes: list[Outcome]
+    status: str
+
+    @property
+    def passed(self) -> bool:
+        return self.status == PASSED
+
+    def __repr__(self) -> str:
+        lines = [f"{self.exercise.name}: {self._headline()}"]
+        for i, outcome in enumerate(self.outcomes, start=1):
+            lines.append(f"  case {i} ({outcome.case.description}): {outcome.verdict}")
+            if outcome.verdict == FAILED:
+                lines.append(f"      {outcome.detail}")
+                if outcome.case.hint:
+                    lines.append(f"      hint: {outcome.case.hint}")
+        return "\n".join(lines)
+
+    def _repr_html_(self) -> str:
+        colour = {PASSED: "#1a7f37", FAILED: "#C00000", NOT_ATTEMPTED: "#6e7781"}[self.status]
+        rows = "".join(
+            f"<tr><td>{i}</td><td>{html.escape(o.case.description)}</td><td>{o.verdict}</td>"
+            f"<td>{html.escape(o.detail)}{'<br><i>hint: ' + html.escape(o.case.hint) + '</i>' if o.detail and o.case.hint else ''}</td></tr>"
+            for i, o in enumerate(self.outcomes, start=1)
+        )
+        table = f"<table><tr><th>case</th><th>what</th><th>result</th><th>details</th></tr>{rows}</table>" if rows else ""
+        return f'<div><b style="color: {colour}">{html.escape(self.exercise.name)}: {self._headline()}</b>{table}</div>'
+
+    def _headline(self) -> str:
+        if self.status == NOT_ATTEMPTED:
+            return f"not attempted yet. {self.exercise.task}"
+        passed = sum(o.verdict == PASSED for o in self.outcomes)
+        return f"{passed} of {len(self.outcomes)} cases passed" + (" ✓" if self.status == PASSED else "")
+
+
+def run(exercise: Exercise, function: Callable) -> Report:
+    """Call ``function`` on every case of ``exercise`` and judge each answer."""
+    outcomes = []
+    for case in exercise.cases():
+        try:
+            answer = function(*case.args)
+        except NotImplementedError:
+            return Report(exercise, [], NOT_ATTEMPTED)
+        except Exception as error:  # a learner's bug is a failed case, shown as one line, never a traceback
+            first_line = str(error).splitlines()[0] if str(error) else ""
+            outcomes.append(Outcome(case, FAILED, f"raised {type(error).__name__}: {first_line}"))
+            continue
+        try:
+            difference = exercise.judge(case, answer)
+        except Exception as error:
+            difference = f"the answer could not be checked ({type(error).__name__}: {error})"
+        outcomes.append(Outcome(case, FAILED, difference) if difference else Outcome(case, PASSED))
+    status = PASSED if all(o.verdict == PASSED for o in outcomes) else FAILED
+    return Report(exercise, outcomes, status)
+
+
+def first_difference(expected: Any, got: Any, where: str = "answer", atol: float = 1e-6) -> str | None:
+    """``None`` if ``got`` equals ``expected`` (tensors within ``atol``), else where and how they first differ."""
+    if isinstance(expected, torch.Tensor):
+        if not isinstance(got, torch.Tensor):
+            return f"{where}: expected a tensor, got {type(got).__name__}"
+        if got.shape != expected.shape:
+            return f"{where}: expected shape {list(expected.shape)}, got {list(got.shape)}"
+        if got.device != expected.device:
+            return f"{where}: expected it on {expected.device}, got {got.device}"
+        close = torch.isclose(got.double(), expected.double(), atol=atol, rtol=1e-5)
+        if not bool(close.all()):
+            index = tuple(int(i) for i in (~close).nonzero()[0])
+            return f"{where}[{', '.join(map(str, index))}]: expected {expected[index].item():.6g}, got {got[index].item():.6g}"
+        return None
+    if isinstance(expected, dict):
+        if not isinstance(got, dict) or list(got) != list(expected):
+            return f"{where}: expected keys {list(expected)}, got {list(got) if isinstance(got, dict) else type(got).__name__}"
+        return next((d for k in expected if (d := first_difference(expected[k], got[k], f"{where}[{k!r}]", atol))), None)
+    if isinstance(expected, (list, tuple)):
+        if not isinstance(got, (list, tuple)) or len(got) != len(expected):
+            found = f"{len(got)} items" if isinstance(got, (list, tuple)) else type(got).__name__
+            return f"{where}: expected {len(expected)} items, got {found}"
+        pairs = zip(expected, got, strict=True)
+        return next((d for i, (e, g) in enumerate(pairs) if (d := first_difference(e, g, f"{where}[{i}]", atol))), None)
+    if isinstance(expected, float) and isinstance(got, (int, float)):
+        return None if math.isclose(expected, got, abs_tol=atol, rel_tol=1e-6) else f"{where}: expected {expected:.6g}, got {got:.6g}"
+    return None if got == expected else f"{where}: expected {expected!r}, got {got!r}"
+
+
+def equals(oracle: Callable) -> Callable[[Case, Any], str | None]:
+    """A judge that compares the answer with ``oracle(*case.args)`` (see ``first_difference``)."""
+    return lambda case, answer: first_difference(oracle(*case.args), answer)

@@ -1,0 +1,30 @@
+"""Every exercise of the course by name, and ``check(name, function)``, the call a lesson's check cell makes."""
+
+import importlib
+from collections.abc import Callable
+
+from .check import Exercise, Report, run
+
+EXERCISES: dict[str, Exercise] = {}
+LESSON_MODULES = []  # filled in as lessons' exercise modules are written: "dpcourse.exercises.lesson02", ...
+
+
+def register(exercise: Exercise) -> Exercise:
+    """Add ``exercise`` to ``EXERCISES``; a name may be used once."""
+    if exercise.name in EXERCISES:
+        raise ValueError(f"Two exercises are called {exercise.name!r}: give one of them another name.")
+    EXERCISES[exercise.name] = exercise
+    return exercise
+
+
+def _load() -> None:
+    for module in LESSON_MODULES:
+        importlib.import_module(module)
+
+
+def check(name: str, function: Callable) -> Report:
+    """Run the learner's ``function`` through exercise ``name``'s cases; the report shows itself in the notebook."""
+    _load()
+    if name not in EXERCISES:
+        raise KeyError(f"No exercise is called {name!r}. Known exercises: {', '.join(sorted(EXERCISES))}.")
+    return run(EXERCISES[name], function)

@@ -73,19 +73,25 @@ class Report:
 
     def _repr_html_(self) -> str:
         colour = {PASSED: "#1a7f37", FAILED: "#C00000", NOT_ATTEMPTED: "#6e7781"}[self.status]
-        rows = "".join(
-            f"<tr><td>{i}</td><td>{html.escape(o.case.description)}</td><td>{o.verdict}</td>"
-            f"<td>{html.escape(o.detail)}{'<br><i>hint: ' + html.escape(o.case.hint) + '</i>' if o.detail and o.case.hint else ''}</td></tr>"
-            for i, o in enumerate(self.outcomes, start=1)
-        )
-        table = f"<table><tr><th>case</th><th>what</th><th>result</th><th>details</th></tr>{rows}</table>" if rows else ""
-        return f'<div><b style="color: {colour}">{html.escape(self.exercise.name)}: {self._headline()}</b>{table}</div>'
+        rows = "".join(_html_row(i, o) for i, o in enumerate(self.outcomes, start=1))
+        header = "<tr><th>case</th><th>what</th><th>result</th><th>details</th></tr>"
+        table = f"<table>{header}{rows}</table>" if rows else ""
+        title = html.escape(f"{self.exercise.name}: {self._headline()}")
+        return f'<div><b style="color: {colour}">{title}</b>{table}</div>'
 
     def _headline(self) -> str:
         if self.status == NOT_ATTEMPTED:
             return f"not attempted yet. {self.exercise.task}"
         passed = sum(o.verdict == PASSED for o in self.outcomes)
         return f"{passed} of {len(self.outcomes)} cases passed" + (" ✓" if self.status == PASSED else "")
+
+
+def _html_row(number: int, outcome: Outcome) -> str:
+    details = html.escape(outcome.detail)
+    if outcome.detail and outcome.case.hint:
+        details += f"<br><i>hint: {html.escape(outcome.case.hint)}</i>"
+    return (f"<tr><td>{number}</td><td>{html.escape(outcome.case.description)}</td>"
+            f"<td>{outcome.verdict}</td><td>{details}</td></tr>")
 
 
 def run(exercise: Exercise, function: Callable) -> Report:
@@ -112,30 +118,39 @@ def run(exercise: Exercise, function: Callable) -> Report:
 def first_difference(expected: Any, got: Any, where: str = "answer", atol: float = 1e-6) -> str | None:
     """``None`` if ``got`` equals ``expected`` (tensors within ``atol``), else where and how they first differ."""
     if isinstance(expected, torch.Tensor):
-        if not isinstance(got, torch.Tensor):
-            return f"{where}: expected a tensor, got {type(got).__name__}"
-        if got.shape != expected.shape:
-            return f"{where}: expected shape {list(expected.shape)}, got {list(got.shape)}"
-        if got.device != expected.device:
-            return f"{where}: expected it on {expected.device}, got {got.device}"
-        close = torch.isclose(got.double(), expected.double(), atol=atol, rtol=1e-5)
-        if not bool(close.all()):
-            index = tuple(int(i) for i in (~close).nonzero()[0])
-            return f"{where}[{', '.join(map(str, index))}]: expected {expected[index].item():.6g}, got {got[index].item():.6g}"
-        return None
+        return _tensor_difference(expected, got, where, atol)
     if isinstance(expected, dict):
         if not isinstance(got, dict) or list(got) != list(expected):
-            return f"{where}: expected keys {list(expected)}, got {list(got) if isinstance(got, dict) else type(got).__name__}"
-        return next((d for k in expected if (d := first_difference(expected[k], got[k], f"{where}[{k!r}]", atol))), None)
+            found = list(got) if isinstance(got, dict) else type(got).__name__
+            return f"{where}: expected keys {list(expected)}, got {found}"
+        differences = (first_difference(expected[k], got[k], f"{where}[{k!r}]", atol) for k in expected)
+        return next((d for d in differences if d), None)
     if isinstance(expected, (list, tuple)):
         if not isinstance(got, (list, tuple)) or len(got) != len(expected):
             found = f"{len(got)} items" if isinstance(got, (list, tuple)) else type(got).__name__
             return f"{where}: expected {len(expected)} items, got {found}"
-        pairs = zip(expected, got, strict=True)
-        return next((d for i, (e, g) in enumerate(pairs) if (d := first_difference(e, g, f"{where}[{i}]", atol))), None)
+        differences = (first_difference(e, g, f"{where}[{i}]", atol) for i, (e, g) in enumerate(zip(expected, got)))
+        return next((d for d in differences if d), None)
     if isinstance(expected, float) and isinstance(got, (int, float)):
-        return None if math.isclose(expected, got, abs_tol=atol, rel_tol=1e-6) else f"{where}: expected {expected:.6g}, got {got:.6g}"
+        if math.isclose(expected, got, abs_tol=atol, rel_tol=1e-6):
+            return None
+        return f"{where}: expected {expected:.6g}, got {got:.6g}"
     return None if got == expected else f"{where}: expected {expected!r}, got {got!r}"
+
+
+def _tensor_difference(expected: torch.Tensor, got: Any, where: str, atol: float) -> str | None:
+    if not isinstance(got, torch.Tensor):
+        return f"{where}: expected a tensor, got {type(got).__name__}"
+    if got.shape != expected.shape:
+        return f"{where}: expected shape {list(expected.shape)}, got {list(got.shape)}"
+    if got.device != expected.device:
+        return f"{where}: expected it on {expected.device}, got {got.device}"
+    close = torch.isclose(got.double(), expected.double(), atol=atol, rtol=1e-5)
+    if bool(close.all()):
+        return None
+    index = tuple(int(i) for i in (~close).nonzero()[0])
+    at = ", ".join(map(str, index))
+    return f"{where}[{at}]: expected {expected[index].item():.6g}, got {got[index].item():.6g}"
 
 
 def equals(oracle: Callable) -> Callable[[Case, Any], str | None]:

@@ -129,7 +129,8 @@ def first_difference(expected: Any, got: Any, where: str = "answer", atol: float
         if not isinstance(got, (list, tuple)) or len(got) != len(expected):
             found = f"{len(got)} items" if isinstance(got, (list, tuple)) else type(got).__name__
             return f"{where}: expected {len(expected)} items, got {found}"
-        differences = (first_difference(e, g, f"{where}[{i}]", atol) for i, (e, g) in enumerate(zip(expected, got, strict=True)))
+        pairs = enumerate(zip(expected, got, strict=True))
+        differences = (first_difference(e, g, f"{where}[{i}]", atol) for i, (e, g) in pairs)
         return next((d for d in differences if d), None)
     if isinstance(expected, float) and isinstance(got, (int, float)):
         if math.isclose(expected, got, abs_tol=atol, rel_tol=1e-6):

@@ -2,6 +2,7 @@
 
     python notebooks/build.py                       # every lesson
     python notebooks/build.py 02_scatter            # one lesson (name without .py)
+    python notebooks/build.py --edition student     # the student edition, in notebooks/student/
     python notebooks/build.py --to-source 02_scatter   # bring edits made in JupyterLab back to the source
 
 Each source is a Python file in jupytext's "percent" format (what jupytext, VS Code and PyCharm read):
@@ -19,12 +20,18 @@ answer, one click away), and cells that open with a level-1 or level-2 heading s
 notebook is run top to bottom in a fresh kernel and saved with its outputs and widget state, which is what
 nbval compares against (tests/nbval_sanitize.cfg masks what legitimately changes between runs).
 
+Two editions come from one source. The instructor edition (notebooks/*.ipynb, what nbval checks) keeps every
+solution. The student edition (notebooks/student/*.ipynb) replaces what lies between nbgrader's markers,
+``### BEGIN SOLUTION`` and ``### END SOLUTION``, with a stub that raises ``NotImplementedError``; run, its
+exercise checks then say "not attempted yet". The same markers let an instructor release through nbgrader.
+
 ``--to-source`` goes the other way: the notebook's cells, without outputs and without the metadata this
 script adds, are written back to notebooks/src/ as percent text. Then rebuild, so the outputs match.
 """
 
 import argparse
 import os
+import re
 import runpy
 from pathlib import Path
 
@@ -36,6 +43,14 @@ HERE = Path(__file__).parent
 LESSON_ENVIRONMENT = runpy.run_path(str(HERE / "conftest.py"))["LESSON_ENVIRONMENT"]  # CPU devices
 SOURCES = HERE / "src"
 KERNEL = {"name": "python3", "display_name": "Python 3", "language": "python"}
+EDITIONS = {"instructor": HERE, "student": HERE / "student"}
+SOLUTION = re.compile(r"^(?P<indent>[ \t]*)### BEGIN SOLUTION\n.*?^[ \t]*### END SOLUTION\n?", re.MULTILINE | re.DOTALL)
+STUB = '{indent}raise NotImplementedError("Your code here: write this, then run the check below.")\n'
+
+
+def without_solutions(code: str) -> str:
+    """``code`` with every ``### BEGIN SOLUTION`` ... ``### END SOLUTION`` block replaced by a stub."""
+    return SOLUTION.sub(lambda match: STUB.format(indent=match["indent"]), code)
 
 
 def add_classroom_metadata(notebook: nbformat.NotebookNode) -> None:
@@ -57,11 +72,16 @@ def remove_classroom_metadata(notebook: nbformat.NotebookNode) -> None:
             cell.outputs, cell.execution_count = [], None
 
 
-def build(name: str, timeout: int = 300) -> Path:
-    """Convert notebooks/src/<name>.py into notebooks/<name>.ipynb and execute it in place."""
+def build(name: str, edition: str = "instructor", timeout: int = 300) -> Path:
+    """Convert notebooks/src/<name>.py into the edition's <name>.ipynb and execute it in place."""
     notebook = jupytext.read(SOURCES / f"{name}.py", fmt="py:percent")
     notebook.metadata = {"kernelspec": KERNEL, "language_info": {"name": "python"}}
     add_classroom_metadata(notebook)
+    if edition == "student":
+        for cell in notebook.cells:
+            if cell.cell_type == "code":
+                cell.source = without_solutions(cell.source)
+                cell.metadata.pop("jupyter", None)  # the stub is the learner's to edit: not collapsed
     for variable, value in LESSON_ENVIRONMENT.items():
         os.environ.setdefault(variable, value)
     client = NotebookClient(
@@ -69,7 +89,8 @@ def build(name: str, timeout: int = 300) -> Path:
     )
     client.execute(cwd=str(HERE))
     notebook.metadata["language_info"] = {"name": "python"}  # drop the exact version: it is not the lesson's
-    target = HERE / f"{name}.ipynb"
+    target = EDITIONS[edition] / f"{name}.ipynb"
+    target.parent.mkdir(exist_ok=True)
     nbformat.write(notebook, target)
     return target
 
@@ -87,11 +108,12 @@ def to_source(name: str) -> Path:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("names", nargs="*", help="lessons, e.g. 02_scatter (default: all)")
+    parser.add_argument("--edition", choices=list(EDITIONS), default="instructor", help="which edition to build")
     parser.add_argument("--to-source", action="store_true", help="notebook -> source instead of source -> notebook")
     args = parser.parse_args()
     names = args.names or sorted(p.stem for p in SOURCES.glob("*.py"))
     for name in names:
-        written = to_source(name) if args.to_source else build(name)
+        written = to_source(name) if args.to_source else build(name, args.edition)
         print(f"wrote {written.relative_to(HERE.parent)}")
 
 

@@ -21,11 +21,15 @@ NOT_ATTEMPTED, PASSED, FAILED = "not attempted yet", "passed", "failed"
 
 @dataclasses.dataclass
 class Case:
-    """One call of the learner's function: ``function(*args)``, described in words, with a hint for a failure."""
+    """One call of the learner's function: ``function(*args)``, described in words, with a hint for a failure.
+
+    ``context`` holds what the judge needs besides the arguments (a reference model, a record of threads).
+    """
 
     description: str
     args: tuple
     hint: str = ""
+    context: dict = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass

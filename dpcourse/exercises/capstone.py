@@ -1,0 +1,234 @@
+"""The capstone's checks: a minimal DataParallel, forward and backward, written by the learner from their own pieces.
+
+The pieces, each checked on its own, then all together against ``dpcourse.DataParallel`` on 1-4 CPU devices:
+
+==========================  =============================================================================
+exercise                    what the learner's code must do
+==========================  =============================================================================
+``capstone_scatter``        split a batch by ``torch.chunk``'s rule (fewer chunks than devices is allowed)
+``capstone_broadcast``      an autograd Function: replica 0 gets the tensors themselves, the others copies;
+                            backward **sums** every replica's gradient (reduce-add)
+``capstone_replicate``      shallow copies of the module tree wired to the given tensors; replica 0 keeps the
+                            original buffers (aliasing), the others get copies; plain attributes are shared
+``capstone_parallel_apply`` one new thread per replica, outputs in replica order
+``capstone_gather``         concatenate the outputs in replica order
+``capstone_data_parallel``  all of it: outputs, gradients, BatchNorm statistics and rows per replica equal
+                            to ``dpcourse.DataParallel``'s
+==========================  =============================================================================
+"""
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import nn
+
+import dpcourse
+
+from .check import Case, Exercise, equals, first_difference
+from .registry import register
+
+
+def _count(n: int, word: str) -> str:
+    return f"{n} {word}" + ("s" if n != 1 else "")
+
+
+def _rows(batch: int, features: int = 3) -> torch.Tensor:
+    return torch.arange(batch * features, dtype=torch.float32).reshape(batch, features)
+
+
+register(Exercise(
+    "capstone_scatter",
+    "Write scatter(x, n): the chunks of x for n replicas, by torch.chunk's rule.",
+    lambda: [Case(f"{b} rows, {_count(n, 'device')}", (_rows(b), n), hint) for b, n, hint in [
+        (10, 4, "chunks of ceil(10 / 4) = 3 rows, then what is left"),
+        (6, 4, "6 rows on 4 devices give 3 chunks of 2: the 4th replica gets nothing"),
+        (3, 1, "one device gets the whole batch"),
+    ]],
+    equals(lambda x, n: list(x.chunk(n))),
+))
+
+
+def _judge_broadcast(case: Case, outputs: Any) -> str | None:
+    replicas, tensors = case.args[0], case.args[1:]
+    expected = [t for _ in range(replicas) for t in tensors]
+    if (difference := first_difference([t.detach() for t in expected], [o.detach() for o in outputs], "copies")):
+        return difference
+    for i, (copy, original) in enumerate(zip(outputs[: len(tensors)], tensors, strict=True)):
+        if copy.data_ptr() != original.data_ptr():
+            return f"replica 0's tensor {i} is a copy: replica 0 must get the original tensors themselves (aliasing)"
+    for i, copy in enumerate(outputs[len(tensors):]):
+        if any(copy.data_ptr() == t.data_ptr() for t in tensors):
+            return f"copy {len(tensors) + i} shares memory with an original: replicas 1.. need real copies"
+    weights = [float(i + 1) for i in range(len(outputs))]
+    sum(w * o.sum() for w, o in zip(weights, outputs, strict=True)).backward()
+    for i, t in enumerate(tensors):
+        expected_grad = torch.full_like(t, sum(weights[r * len(tensors) + i] for r in range(replicas)))
+        if (difference := first_difference(expected_grad, t.grad, f"gradient of tensor {i}")):
+            return difference + " (backward must add up every replica's gradient)"
+    return None
+
+
+register(Exercise(
+    "capstone_broadcast",
+    "Write Broadcast, an autograd Function: forward(ctx, n, *tensors) returns n copies (replica 0: the tensors "
+    "themselves), backward sums the replicas' gradients.",
+    lambda: [Case(f"{_count(n, 'replica')} of 2 tensors", (n, torch.ones(2, 2, requires_grad=True),
+                                                  torch.arange(3.0, requires_grad=True)), hint) for n, hint in [
+        (1, "with one replica, forward returns the tensors themselves"),
+        (2, "replica 1's tensors are clones; the gradient of each original is the sum over replicas"),
+        (3, "sum, do not average: each copy's gradient counts once"),
+    ]],
+    _judge_broadcast,
+))
+
+
+def _judge_replicate(case: Case, replicas: Any) -> str | None:
+    module, copies = case.args
+    if not isinstance(replicas, (list, tuple)) or len(replicas) != len(copies):
+        return f"expected a list of {len(copies)} replicas, got {type(replicas).__name__}"
+    x = _rows(4)
+    for i, (replica, tensors) in enumerate(zip(replicas, copies, strict=True)):
+        weight = replica.body[0].weight
+        if weight is not tensors[0]:
+            return f"replica {i}'s first Linear does not use copies[{i}][0]: wire each replica to its own tensors"
+        if replica.seen is not module.seen:
+            return f"replica {i} has its own `seen` list: plain attributes are shared by reference, not copied"
+        same_storage = replica.body[1].running_mean.data_ptr() == module.body[1].running_mean.data_ptr()
+        if same_storage != (i == 0):
+            return (f"replica {i}'s BatchNorm buffers " + ("are copies" if i == 0 else "are the original's") +
+                    ": replica 0 keeps the original buffers, the others get copies")
+        if (difference := first_difference(module.eval()(x), replica.eval()(x), f"replica {i}'s output")):
+            return difference
+    return None
+
+
+def _replicate_cases() -> list[Case]:
+    cases = []
+    for n in (1, 2, 3):
+        module = CapstoneModel()
+        copies = [[p if i == 0 else p.detach().clone() for p in module.parameters()] for i in range(n)]
+        hint = "use module._replicate_for_data_parallel() for every submodule"
+        cases.append(Case(_count(n, "replica"), (module, copies), hint))
+    return cases
+
+
+def _probe(i: int, seen: list) -> Callable[[torch.Tensor], torch.Tensor]:
+    def replica(x: torch.Tensor) -> torch.Tensor:
+        seen.append((i, threading.current_thread().name))
+        return x * (i + 1)
+
+    return replica
+
+
+def _judge_parallel_apply(case: Case, outputs: Any) -> str | None:
+    (functions, inputs), seen = case.args, case.context["seen"]
+    expected = [x * (i + 1) for i, x in enumerate(inputs)]
+    if (difference := first_difference(expected, outputs, "outputs")):
+        return difference + " (output i must be functions[i](inputs[i]), in replica order)"
+    threads = {name for _, name in seen}
+    caller = threading.current_thread().name
+    if len(functions) > 1 and (len(threads) != len(functions) or caller in threads):
+        return f"{len(functions)} replicas ran in {len(threads)} thread(s) {sorted(threads)}: start one new thread each"
+    return None
+
+
+def _parallel_apply_cases() -> list[Case]:
+    cases = []
+    for n in (1, 2, 4):
+        seen: list = []
+        functions, inputs = [_probe(i, seen) for i in range(n)], [_rows(2) + i for i in range(n)]
+        hint = "start every thread, then join them all, then return the outputs"
+        cases.append(Case(_count(n, "replica"), (functions, inputs), hint, {"seen": seen}))
+    return cases
+
+
+register(Exercise(
+    "capstone_parallel_apply",
+    "Write parallel_apply(functions, inputs): functions[i](inputs[i]) in a new thread each, outputs in order.",
+    _parallel_apply_cases,
+    _judge_parallel_apply,
+))
+
+register(Exercise(
+    "capstone_replicate",
+    "Write replicate(module, copies): one shallow copy of the module tree per entry of copies, using its tensors.",
+    _replicate_cases,
+    _judge_replicate,
+))
+
+register(Exercise(
+    "capstone_gather",
+    "Write gather(outputs): concatenate the replicas' outputs along dim 0, in replica order.",
+    lambda: [Case(_count(len(sizes), "output"), ([_rows(b) + i for i, b in enumerate(sizes)],), "replica 0 first")
+             for sizes in [(3, 3, 3, 1), (2,), (4, 2)]],
+    equals(lambda outputs: torch.cat(outputs)),
+))
+
+
+class CapstoneModel(nn.Module):
+    """Linear -> BatchNorm -> ReLU -> Linear, noting the rows and thread of every forward in ``self.seen``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        generator = torch.Generator().manual_seed(0)
+        self.body = nn.Sequential(nn.Linear(3, 5), nn.BatchNorm1d(5), nn.ReLU(), nn.Linear(5, 2))
+        with torch.no_grad():
+            for p in self.parameters():
+                p.copy_(torch.randn(p.shape, generator=generator))
+        self.seen: list[tuple[int, str]] = []
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.seen.append((len(x), threading.current_thread().name))
+        return self.body(x)
+
+
+def _step(out: torch.Tensor) -> torch.Tensor:
+    """Backward of a loss that weighs every output row differently (so rows cannot be swapped); the output."""
+    weights = torch.arange(1.0, out.numel() + 1).reshape(out.shape)
+    (out * weights).sum().backward()
+    return out.detach()
+
+
+def _judge_data_parallel(case: Case, answer: Any) -> str | None:
+    (mine, x, n), reference = case.args, case.context["reference"]
+    expected = _step(dpcourse.DataParallel(reference, devices=["cpu"] * n)(x))
+    if not isinstance(answer, torch.Tensor) or answer.grad_fn is None:
+        return "data_parallel must return the gathered output, still attached to the graph (no .detach())"
+    checks = [
+        ("output", expected, _step(answer)),
+        ("gradients", [p.grad for p in reference.parameters()], [p.grad for p in mine.parameters()]),
+        ("BatchNorm running statistics", list(reference.buffers()), list(mine.buffers())),
+        ("rows per replica forward", sorted(r for r, _ in reference.seen), sorted(r for r, _ in mine.seen)),
+    ]
+    for what, want, got in checks:
+        if (difference := first_difference(want, got, what, atol=1e-4)):  # sums in another order differ by ~1e-5
+            return difference
+    threads = {t for _, t in mine.seen}
+    if len(mine.seen) > 1 and (len(threads) != len(mine.seen) or threading.current_thread().name in threads):
+        return f"{len(mine.seen)} replica forwards ran in {len(threads)} thread(s): each replica needs its own"
+    return None
+
+
+def _data_parallel_cases() -> list[Case]:
+    cases = []
+    for batch, n, hint in [
+        (8, 1, "one device: the whole batch in one forward"),
+        (10, 2, "gradients are summed over the replicas, never averaged"),
+        (8, 3, "chunks of 3, 3, 2 rows; replica 0's BatchNorm statistics are the ones kept"),
+        (6, 4, "6 rows on 4 devices run 3 replicas of 2 rows"),
+    ]:
+        mine, reference = CapstoneModel(), CapstoneModel()
+        x = torch.randn(batch, 3, generator=torch.Generator().manual_seed(batch))
+        cases.append(Case(f"{batch} rows on {_count(n, 'CPU device')}", (mine, x, n), hint, {"reference": reference}))
+    return cases
+
+
+register(Exercise(
+    "capstone_data_parallel",
+    "Write data_parallel(module, x, n) from your scatter, Broadcast, parallel_apply and gather: output, "
+    "gradients and BatchNorm statistics as dpcourse.DataParallel's.",
+    _data_parallel_cases,
+    _judge_data_parallel,
+))

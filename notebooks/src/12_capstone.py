@@ -1,0 +1,165 @@
+# %% [markdown]
+# # 12 · Capstone: write DataParallel yourself
+#
+# **After this lesson you will have written** a DataParallel of your own, forward and backward, from five
+# pieces: scatter, an autograd Function that copies the parameters (its backward is the reduce-add), replicate
+# with replica 0 sharing the original's buffers, one thread per replica, and gather. The last check runs it on
+# 1 to 4 CPU devices next to `dpcourse.DataParallel`: same outputs, same gradients, same BatchNorm statistics,
+# same rows per replica.
+#
+# Each piece has a stub cell to fill in and a check cell under it. A check runs your function on a few cases
+# and says, for each, whether it passed, and if not, the first value that differs and a hint. Until you write
+# a piece, its check says "not attempted yet". Lessons 02 to 06 show each step in dpcourse's code.
+
+# %%
+import threading
+
+import torch
+
+from dpcourse import exercises
+
+# %% [markdown]
+# ## 1. Scatter
+# Split the batch `x` into the chunks of `n` replicas with `torch.chunk`'s rule (lesson 02): chunks of
+# `ceil(B / n)` rows, so there can be fewer chunks than replicas.
+
+# %% tags=["solution"]
+def scatter(x: torch.Tensor, n: int) -> list[torch.Tensor]:
+    """The chunks of ``x`` for ``n`` replicas, views of ``x``."""
+    ### BEGIN SOLUTION
+    return list(x.chunk(n))
+    ### END SOLUTION
+
+
+# %%
+exercises.check("capstone_scatter", scatter)
+
+# %% [markdown]
+# ## 2. Broadcast, and its backward: reduce-add
+# An autograd Function whose forward returns `n` copies of the parameters, flat, replica after replica.
+# Replica 0 gets the tensors themselves (as torch's `broadcast_coalesced` does), the others clones. Its
+# backward receives one gradient per copy and returns, for each parameter, the **sum** over the replicas
+# (lesson 06 shows why the sum is the full-batch gradient).
+
+# %% tags=["solution"]
+class Broadcast(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, n, *tensors):
+        ### BEGIN SOLUTION
+        ctx.count = len(tensors)
+        return (*tensors, *[t.clone() for _ in range(n - 1) for t in tensors])
+        ### END SOLUTION
+
+    @staticmethod
+    def backward(ctx, *grads):
+        ### BEGIN SOLUTION
+        per_replica = [grads[i : i + ctx.count] for i in range(0, len(grads), ctx.count)]
+        return (None, *[sum(copies) for copies in zip(*per_replica, strict=True)])
+        ### END SOLUTION
+
+
+# %%
+exercises.check("capstone_broadcast", Broadcast.apply)
+
+# %% [markdown]
+# ## 3. Replicate
+# One replica per entry of `copies`, where `copies[i]` lists replica i's tensors in `module.parameters()`
+# order. A replica is a shallow copy of every submodule, made with torch's own
+# `module._replicate_for_data_parallel()` (lesson 03): plain attributes stay shared, and the copy owns no
+# Parameters, so each parameter's copy is set as a plain attribute. Replica 0 keeps the original buffers;
+# the others get clones.
+
+# %% tags=["solution"]
+def replicate(module: torch.nn.Module, copies: list[list[torch.Tensor]]) -> list[torch.nn.Module]:
+    """``len(copies)`` replicas of ``module``; replica ``i`` computes with the tensors ``copies[i]``."""
+    ### BEGIN SOLUTION
+    replicas = []
+    for i, tensors in enumerate(copies):
+        clones = {id(m): m._replicate_for_data_parallel() for m in module.modules()}
+        remaining = iter(tensors)
+        for original in module.modules():
+            replica = clones[id(original)]
+            for name, child in original._modules.items():
+                replica._modules[name] = clones[id(child)]
+            for name in original._parameters:
+                setattr(replica, name, next(remaining))
+            if i > 0:
+                for name, buffer in original._buffers.items():
+                    replica._buffers[name] = buffer.clone()
+        replicas.append(clones[id(module)])
+    return replicas
+    ### END SOLUTION
+
+
+# %%
+exercises.check("capstone_replicate", replicate)
+
+# %% [markdown]
+# ## 4. Parallel apply
+# Call `functions[i](inputs[i])` in a new thread for each replica, wait for all of them, and return the
+# outputs in replica order.
+
+# %% tags=["solution"]
+def parallel_apply(functions: list, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
+    """``[functions[i](inputs[i]) ...]``, each call in a thread of its own."""
+    ### BEGIN SOLUTION
+    outputs = [None] * len(functions)
+
+    def run(i: int) -> None:
+        outputs[i] = functions[i](inputs[i])
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(functions))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return outputs
+    ### END SOLUTION
+
+
+# %%
+exercises.check("capstone_parallel_apply", parallel_apply)
+
+# %% [markdown]
+# ## 5. Gather
+# Concatenate the outputs along dim 0, replica 0 first. `torch.cat` is differentiable: its backward splits the
+# gradient with the same sizes and sends each part back to its replica.
+
+# %% tags=["solution"]
+def gather(outputs: list[torch.Tensor]) -> torch.Tensor:
+    """The replicas' outputs as one batch."""
+    ### BEGIN SOLUTION
+    return torch.cat(outputs)
+    ### END SOLUTION
+
+
+# %%
+exercises.check("capstone_gather", gather)
+
+# %% [markdown]
+# ## 6. All together
+# `data_parallel(module, x, n)`: scatter `x`, copy the parameters with `Broadcast` for as many replicas as
+# there are chunks, replicate, run the replicas in parallel, gather. The check trains one step of a model with
+# BatchNorm next to `dpcourse.DataParallel` on the same number of CPU devices.
+
+# %% tags=["solution"]
+def data_parallel(module: torch.nn.Module, x: torch.Tensor, n: int) -> torch.Tensor:
+    """One DataParallel forward of ``module`` on ``x`` over ``n`` replicas; backward flows to ``module``."""
+    ### BEGIN SOLUTION
+    chunks = scatter(x, n)
+    parameters = list(module.parameters())
+    flat = Broadcast.apply(len(chunks), *parameters)
+    copies = [list(flat[i : i + len(parameters)]) for i in range(0, len(flat), len(parameters))]
+    return gather(parallel_apply(replicate(module, copies), chunks))
+    ### END SOLUTION
+
+
+# %%
+exercises.check("capstone_data_parallel", data_parallel)
+
+# %% [markdown]
+# ## What you built, and what torch adds
+# Your `data_parallel` is DataParallel's forward and backward. torch's adds: copies in buckets of 10 MiB
+# (`torch/nn/parallel/comm.py`), CUDA streams and devices per thread, grad mode and autocast carried into the
+# threads (lesson 04), errors re-raised with the replica's number, kwargs and nested inputs (lesson 02),
+# nested outputs (lesson 05), and the shortcut for a single device.

@@ -1,0 +1,129 @@
+"""The capstone's checks pass the lesson's own solutions, wait for the stubs, and reject planted mistakes."""
+
+import copy
+import runpy
+from pathlib import Path
+
+import jupytext
+import pytest
+import torch
+
+from dpcourse import exercises
+
+NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
+without_solutions = runpy.run_path(str(NOTEBOOKS / "build.py"))["without_solutions"]
+
+
+def lesson_namespace(student: bool = False) -> dict:
+    """Run the capstone's code cells except the checks, as the instructor (or student) edition has them."""
+    namespace: dict = {}
+    for cell in jupytext.read(NOTEBOOKS / "src" / "12_capstone.py").cells:
+        if cell.cell_type == "code" and not cell.source.startswith("exercises.check"):
+            exec(without_solutions(cell.source) if student else cell.source, namespace)
+    return namespace
+
+
+SOLUTION = lesson_namespace()
+PIECES = {
+    "capstone_scatter": "scatter",
+    "capstone_broadcast": "Broadcast",
+    "capstone_replicate": "replicate",
+    "capstone_parallel_apply": "parallel_apply",
+    "capstone_gather": "gather",
+    "capstone_data_parallel": "data_parallel",
+}
+
+
+def checked(name: str, namespace: dict) -> exercises.Report:
+    piece = namespace[PIECES[name]]
+    return exercises.check(name, piece.apply if name == "capstone_broadcast" else piece)
+
+
+@pytest.mark.parametrize("name", PIECES)
+def test_the_lessons_solutions_pass(name):
+    report = checked(name, SOLUTION)
+    assert report.passed, report
+
+
+@pytest.mark.parametrize("name", PIECES)
+def test_the_student_editions_stubs_are_not_attempted_yet(name):
+    report = checked(name, lesson_namespace(student=True))
+    assert report.status == "not attempted yet" and "not attempted yet" in repr(report)
+
+
+def with_piece(**pieces) -> dict:
+    """The solution with some pieces swapped for wrong ones; ``data_parallel`` then uses the wrong pieces."""
+    namespace = dict(SOLUTION)
+    namespace.update(pieces)
+    data_parallel = SOLUTION["data_parallel"]
+    namespace["data_parallel"] = type(data_parallel)(data_parallel.__code__, namespace)
+    return namespace
+
+
+class AveragingBroadcast(torch.autograd.Function):
+    forward = SOLUTION["Broadcast"].forward
+
+    @staticmethod
+    def backward(ctx, *grads):
+        summed = SOLUTION["Broadcast"].backward(ctx, *grads)
+        replicas = len(grads) // ctx.count
+        return (None, *[g / replicas for g in summed[1:]])
+
+
+class CopyingBroadcast(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, n, *tensors):
+        ctx.count = len(tensors)
+        return tuple(t.clone() for _ in range(n) for t in tensors)
+
+    backward = SOLUTION["Broadcast"].backward
+
+
+def replicas_with_copied_buffers(module, copies):
+    replicas = SOLUTION["replicate"](module, copies)
+    for name, buffer in list(replicas[0].body[1]._buffers.items()):
+        replicas[0].body[1]._buffers[name] = buffer.clone()
+    return replicas
+
+
+def deep_copies(module, copies):
+    return [copy.deepcopy(module) for _ in copies]
+
+
+def one_after_another(functions, inputs):
+    return [f(x) for f, x in zip(functions, inputs, strict=True)]
+
+
+def reversed_gather(outputs):
+    return torch.cat(outputs[::-1])
+
+
+PLANTED = {
+    "averaging instead of summing": (with_piece(Broadcast=AveragingBroadcast), ["capstone_broadcast"]),
+    "no replica-0 aliasing of parameters": (with_piece(Broadcast=CopyingBroadcast), ["capstone_broadcast"]),
+    "no replica-0 aliasing of buffers": (
+        with_piece(replicate=replicas_with_copied_buffers), ["capstone_replicate", "capstone_data_parallel"]),
+    "tensor_split instead of chunk": (
+        with_piece(scatter=lambda x, n: list(x.tensor_split(n))), ["capstone_scatter", "capstone_data_parallel"]),
+    "gradients sent to the wrong replica": (
+        with_piece(gather=reversed_gather), ["capstone_gather", "capstone_data_parallel"]),
+    "deep copies instead of replicas": (
+        with_piece(replicate=deep_copies), ["capstone_replicate", "capstone_data_parallel"]),
+    "no threads": (
+        with_piece(parallel_apply=one_after_another), ["capstone_parallel_apply", "capstone_data_parallel"]),
+}
+
+
+@pytest.mark.parametrize("mistake", PLANTED)
+def test_planted_mistakes_fail_their_checks(mistake):
+    namespace, names = PLANTED[mistake]
+    for name in names:
+        report = checked(name, namespace)
+        assert report.status == "failed", f"{mistake} passed {name}:\n{report}"
+
+
+def test_a_failing_case_shows_one_line_and_a_hint_not_a_traceback():
+    report = exercises.check("capstone_gather", lambda outputs: 1 / 0)
+    text = repr(report)
+    assert "raised ZeroDivisionError: division by zero" in text and "hint:" in text and "Traceback" not in text
+    assert "<table>" in report._repr_html_()

@@ -125,3 +125,11 @@ def test_markup_escapes_html_and_keeps_stars_inside_code():
     assert markup("a < b, *this*\n`f(*args)`\n\nnext") == (
         "<p>a &lt; b, <em>this</em>\n<code>f(*args)</code></p><p>next</p>"
     )
+
+
+def test_an_overflowing_answer_gets_a_clear_reply_and_is_not_recorded(tmp_path):
+    progress_file = tmp_path / "progress.json"
+    quiz = ask("02-six-rows-four-devices", Progress(progress_file))
+    give(quiz, "1e999")
+    assert "is not a finite number" in quiz.feedback.value and "Something went wrong" not in quiz.feedback.value
+    assert not progress_file.exists()

@@ -90,9 +90,15 @@ class ProgressSummary(widgets.VBox):
             '<table style="border-spacing: 16px 2px; margin-left: -16px">'
             "<tr><th>lesson</th><th>answered</th><th>correct</th><th>total</th></tr>" + rows + "</table>"
         )
-        self.note.value = (
-            f"<b>Your progress file could not be read:</b> {html.escape(snapshot.problem)}. It will be kept as "
-            f"a <code>.corrupt-…</code> copy beside it when you next submit an answer."
-            if snapshot.problem
-            else ""
-        )
+        if snapshot.newer:
+            self.note.value = (
+                f"<b>Your progress file could not be read:</b> {html.escape(snapshot.problem)}. It is left as it "
+                "is; update dpcourse (<code>git pull</code>) to see and add to it."
+            )
+        elif snapshot.problem:
+            self.note.value = (
+                f"<b>Your progress file could not be read:</b> {html.escape(snapshot.problem)}. It will be kept "
+                "as a <code>.corrupt-…</code> copy beside it when you next submit an answer."
+            )
+        else:
+            self.note.value = ""

@@ -162,7 +162,12 @@ class QuizWidget(widgets.VBox):
         _show(self.explanation, True)
         _show(self.experiment_button, True)
         recorded = self.progress.record(self.question, self.response, correct)
-        if recorded.set_aside:
+        if not recorded.saved:
+            self.feedback.value += (
+                f"<p><b>Note:</b> this answer was not saved: {html.escape(recorded.problem)}. The file is left as "
+                "it is; update dpcourse (<code>git pull</code>) to keep recording answers in it.</p>"
+            )
+        elif recorded.set_aside:
             self.feedback.value += (
                 f"<p><b>Note:</b> {html.escape(recorded.problem)}. It was kept as "
                 f"<code>{html.escape(str(recorded.set_aside))}</code> and a new progress file was started.</p>"

@@ -300,3 +300,30 @@ def test_measure_all_times_every_control_of_every_explorer(monkeypatch):
 def test_measure_interactions_rejects_nonsense():
     with pytest.raises(ValueError, match="repeats >= 1"):
         measure_interactions(ChunkExplorer, repeats=0)
+
+
+OUT_OF_RANGE = [
+    (ChunkExplorer, {"batch": 33}, "batch=33 is out of range: choose a whole number from 1 to 32."),
+    (ChunkExplorer, {"dim": 2}, "dim=2 is out of range: choose a whole number from 0 to 1."),
+    (GradientSum, {"devices": 0}, "devices=0 is out of range: choose a whole number from 1 to 8."),
+    (GradientSum, {"reduction": "max"}, "reduction='max' is not one of the choices: pick one of ['mean', "),
+    (StepThrough, {"batch": 2.5}, "batch=2.5 is out of range: choose a whole number from 1 to 32."),
+    (Timeline, {"steps": 11}, "steps=11 is out of range: choose a whole number from 1 to 10."),
+    (Timeline, {"batch": 32}, "batch=32 is not one of the choices: pick one of [16, 64, 256]."),
+]
+
+
+@pytest.mark.parametrize(("make", "arguments", "message"), OUT_OF_RANGE)
+def test_a_constructor_value_out_of_range_is_an_error_not_a_silent_clamp(make, arguments, message):
+    with pytest.raises(ValueError) as info:
+        make(**arguments)
+    assert str(info.value).startswith(message)
+
+
+def test_an_error_hides_the_figure_of_the_previous_setting(monkeypatch):
+    explorer = GradientSum()
+    assert explorer.image.layout.display is None
+    monkeypatch.setattr(dpcourse, "scatter", _broken_scatter)
+    monkeypatch.setattr(dpcourse.scatter_gather, "scatter", _broken_scatter)
+    explorer.batch_slider.value = 3
+    assert explorer.message.value and explorer.image.layout.display == "none"

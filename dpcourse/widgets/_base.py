@@ -31,7 +31,9 @@ def reports_errors(callback: Callable[..., None]) -> Callable[..., None]:
     """Wrap an explorer's callback so that an exception shows as ``Type: message`` in its ``message`` area.
 
     ipywidgets runs callbacks inside the kernel's comm handler, where an exception only reaches a log the
-    learner never sees: the click would seem to do nothing. A success clears the previous error.
+    learner never sees: the click would seem to do nothing. An error also clears what the previous setting
+    showed (``Explorer.clear_results``), so no stale figure or sentence sits beside it. A success clears the
+    previous error.
     """
 
     @functools.wraps(callback)
@@ -39,6 +41,7 @@ def reports_errors(callback: Callable[..., None]) -> Callable[..., None]:
         try:
             callback(self, *args)
         except Exception as error:
+            self.clear_results()
             self.message.value = paragraph(f"{type(error).__name__}: {error}", ERROR_STYLE)
         else:
             self.message.value = ""
@@ -62,8 +65,38 @@ def table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
 
 
 def int_slider(description: str, value: int, low: int, high: int) -> widgets.IntSlider:
-    """A slider that reports only when released: dragging would otherwise queue one recomputation per step."""
+    """A slider that reports only when released: dragging would otherwise queue one recomputation per step.
+
+    ``value`` outside ``low..high`` raises ``ValueError``: ``IntSlider`` would silently clamp it, and the
+    explorer would show another setting than the one asked for.
+    """
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise ValueError(f"{description}={value!r} is out of range: choose a whole number from {low} to {high}.")
     return widgets.IntSlider(value=value, min=low, max=high, description=description, continuous_update=False)
+
+
+def _check_choice(argument: str, value: Any, options: Sequence[Any]) -> None:
+    values = [option[1] if isinstance(option, tuple) else option for option in options]
+    if value not in values:
+        raise ValueError(f"{argument}={value!r} is not one of the choices: pick one of {values}.")
+
+
+def toggle_buttons(description: str, options: Sequence[Any], value: Any, argument: str = "") -> widgets.ToggleButtons:
+    """Buttons for one of ``options``; a ``value`` not among them raises ``ValueError`` naming the constructor's
+    ``argument`` (default: the description) and the choices, where ipywidgets would say "value not found"."""
+    _check_choice(argument or description, value, options)
+    return widgets.ToggleButtons(
+        options=list(options), value=value, description=description, style={"button_width": "auto"}
+    )
+
+
+def selection_slider(
+    description: str, options: Sequence[Any], value: Any, argument: str = ""
+) -> widgets.SelectionSlider:
+    """A slider over ``options`` (values or ``(label, value)`` pairs) that reports only when released; a bad
+    ``value`` raises as in ``toggle_buttons``."""
+    _check_choice(argument or description, value, options)
+    return widgets.SelectionSlider(options=list(options), value=value, description=description, continuous_update=False)
 
 
 class Explorer(widgets.VBox):
@@ -96,6 +129,10 @@ class Explorer(widgets.VBox):
             self._pngs[key] = png_bytes(make())
         self.image.value = self._pngs[key]
         self.image.layout.display = None
+
+    def clear_results(self) -> None:
+        """Hide what the last good setting showed; ``reports_errors`` calls it when a callback fails."""
+        self.show_figure(None, None)
 
     def settings(self) -> dict[str, Any]:
         """The value controls' current values, by name without the ``_slider`` / ``_toggle`` suffix."""

@@ -7,7 +7,7 @@ import ipywidgets as widgets
 from dpcourse import viz
 from dpcourse.viz.palette import new_figure
 
-from ._base import Explorer, int_slider, paragraph, png_bytes, reports_errors
+from ._base import Explorer, int_slider, paragraph, png_bytes, reports_errors, selection_slider, toggle_buttons
 from .timing import MODELS, describe, stage_totals, trace_steps
 
 BATCHES = (16, 64, 256)
@@ -35,12 +35,8 @@ class Timeline(Explorer):
     """
 
     def __init__(self, model: str = "small", batch: int = 64, devices: int = 2, steps: int = 3) -> None:
-        self.model_toggle = widgets.ToggleButtons(
-            options=list(MODELS), value=model, description="model", style={"button_width": "auto"}
-        )
-        self.batch_slider = widgets.SelectionSlider(
-            options=BATCHES, value=batch, description="batch", continuous_update=False
-        )
+        self.model_toggle = toggle_buttons("model", list(MODELS), model)
+        self.batch_slider = selection_slider("batch", BATCHES, batch)
         self.devices_slider = int_slider("devices", devices, 1, 8)
         self.steps_slider = int_slider("steps", steps, 1, 10)
         self.run_button = widgets.Button(description="Run", icon="play", button_style="primary")

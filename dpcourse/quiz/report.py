@@ -78,6 +78,10 @@ class ProgressSummary(widgets.VBox):
         super().__init__([self.table, self.note, self.refresh_button])
         self.refresh()
 
+    def __repr__(self) -> str:
+        # No counts: they are the learner's, so a notebook's stored output would differ on every machine.
+        return "ProgressSummary: your answers per lesson — run the cell in JupyterLab to see them"
+
     def refresh(self) -> None:
         """Read the progress file again and redraw the table."""
         snapshot = self.progress.read()

@@ -131,6 +131,11 @@ class QuizWidget(widgets.VBox):
             ]
         )
 
+    def __repr__(self) -> str:
+        # The text a notebook shows where the widget cannot render (untrusted, a static page): short, not the
+        # ipywidgets default that lists every child's HTML.
+        return f"QuizWidget: {self.question.id} ({self.question.kind}) — run the cell in JupyterLab to answer"
+
     @property
     def response(self) -> str:
         """The learner's current answer, as text ('' when none)."""
@@ -195,7 +200,19 @@ def ask(question: str | Question, progress: Progress | None = None) -> QuizWidge
     return QuizWidget(find_question(question) if isinstance(question, str) else question, progress)
 
 
-def ask_lesson(lesson: str, progress: Progress | None = None) -> widgets.VBox:
+class LessonQuiz(widgets.VBox):
+    """All of one lesson's questions in one column (``quizzes``, one ``QuizWidget`` each), sharing a progress file."""
+
+    def __init__(self, lesson: str, progress: Progress | None = None) -> None:
+        self.lesson = lesson
+        progress = progress or Progress()
+        self.quizzes = [QuizWidget(question, progress) for question in load_lesson(lesson)]
+        super().__init__(self.quizzes)
+
+    def __repr__(self) -> str:
+        return f"LessonQuiz: {len(self.quizzes)} questions of {self.lesson} — run the cell in JupyterLab to answer"
+
+
+def ask_lesson(lesson: str, progress: Progress | None = None) -> LessonQuiz:
     """All of ``lesson``'s questions (e.g. ``"02_scatter"``) in one column, sharing one progress file."""
-    progress = progress or Progress()
-    return widgets.VBox([QuizWidget(question, progress) for question in load_lesson(lesson)])
+    return LessonQuiz(lesson, progress)

@@ -69,6 +69,8 @@ def test_question_end_to_end(tmp_path, question):
         assert hidden(quiz.figure)
     else:
         assert bytes(quiz.figure.value).startswith(b"\x89PNG") and not hidden(quiz.figure)
+        # Crisp: two PNG pixels per CSS pixel of the width it is shown at (the PNG header holds the width).
+        assert int.from_bytes(bytes(quiz.figure.value)[16:20], "big") == 2 * int(quiz.figure.layout.width[:-2])
 
 
 def test_a_choice_question_needs_a_choice_and_a_typed_answer_must_parse(tmp_path):

@@ -15,7 +15,7 @@ import torch.nn.functional as F
 import dpcourse
 import dpcourse.scatter_gather
 from dpcourse import examples
-from dpcourse.widgets import ChunkExplorer, GradientSum, StepThrough, Timeline, _base
+from dpcourse.widgets import ChunkExplorer, CostModelCalculator, GradientSum, StepThrough, Timeline, _base
 from dpcourse.widgets import timeline as timeline_module
 from dpcourse.widgets.latency import EXPLORERS, measure_all, measure_interactions
 from dpcourse.widgets.stages import STAGES
@@ -217,7 +217,7 @@ def test_gradient_sum_sum_reduction_matches_a_single_device_sum():
 
 def test_timeline_does_nothing_until_run():
     t = Timeline()
-    assert png(t.image) == placeholder_png() and t.totals.value == ""
+    assert png(t.image) == placeholder_png()[0] and t.totals.value == ""
     assert "press Run to measure" in text(t.status)
     assert repr(t) == "Timeline(model='small', batch=64, devices=2, steps=3)"
 
@@ -227,7 +227,7 @@ def test_timeline_run_draws_the_step_and_per_stage_totals(model):
     t = Timeline(model=model, batch=16, devices=2, steps=1)
     t.run_button.click()
     assert not t.message.value
-    assert png(t.image).startswith(PNG) and png(t.image) != placeholder_png()
+    assert png(t.image).startswith(PNG) and png(t.image) != placeholder_png()[0]
     shown = text(t.totals)
     for stage in ("scatter", "replicate", "forward", "gather", "backward", "reduce-add", "optimizer step", "step"):
         assert re.search(rf"\b{re.escape(stage)} \d+\.\d\d \d+%", shown), (stage, shown)
@@ -235,7 +235,7 @@ def test_timeline_run_draws_the_step_and_per_stage_totals(model):
     assert "measured" in text(t.status)
     assert repr(t) == f"Timeline(model='{model}', batch=16, devices=2, steps=1)"
     t.steps_slider.value = 2  # a changed setting clears the old result
-    assert t.totals.value == "" and png(t.image) == placeholder_png()
+    assert t.totals.value == "" and png(t.image) == placeholder_png()[0]
 
 
 def _broken_scatter(*args, **kwargs):
@@ -327,3 +327,11 @@ def test_an_error_hides_the_figure_of_the_previous_setting(monkeypatch):
     monkeypatch.setattr(dpcourse.scatter_gather, "scatter", _broken_scatter)
     explorer.batch_slider.value = 3
     assert explorer.message.value and explorer.image.layout.display == "none"
+
+
+@pytest.mark.parametrize("make", [ChunkExplorer, GradientSum, Timeline, CostModelCalculator])
+def test_figures_are_drawn_at_twice_the_width_they_are_shown_at(make):
+    explorer = make()
+    shown = explorer.image.layout.width
+    assert re.fullmatch(r"\d+px", shown), "a width of its own: no stretching to the cell's width"
+    assert int.from_bytes(png(explorer.image)[16:20], "big") == 2 * int(shown[:-2])  # the PNG header's width

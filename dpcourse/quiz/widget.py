@@ -8,12 +8,12 @@ kernel), so tests can click the public controls in plain pytest and read what a 
 
 import functools
 import html
-import io
 import re
 from collections.abc import Callable
 
 import ipywidgets as widgets
-from matplotlib.figure import Figure
+
+from dpcourse.widgets._base import css_width, png_bytes, show_png
 
 from .bank import find_question, load_lesson
 from .outcome import Outcome, run_experiment
@@ -47,13 +47,6 @@ def _source_html(source: str) -> str:
     if source.startswith("https://"):
         return f'<a href="{html.escape(source)}" target="_blank">{html.escape(source)}</a>'
     return f"<code>{html.escape(source)}</code>"
-
-
-def png_bytes(figure: Figure) -> bytes:
-    """Render ``figure`` to PNG bytes, for an ``ipywidgets.Image``."""
-    buffer = io.BytesIO()
-    figure.savefig(buffer, format="png", dpi=100, bbox_inches="tight")
-    return buffer.getvalue()
 
 
 def _reporting_errors(handler: Callable[["QuizWidget"], None]) -> Callable[["QuizWidget", object], None]:
@@ -111,7 +104,7 @@ class QuizWidget(widgets.VBox):
             description="Run the experiment", icon="flask", layout=widgets.Layout(width="auto")
         )
         self.result = widgets.HTML()
-        self.figure = widgets.Image(format="png")
+        self.figure = widgets.Image(format="png", layout=widgets.Layout(max_width="100%"))
         for hidden in (self.explanation, self.experiment_button, self.figure):
             _show(hidden, False)
         self.submit_button.on_click(self.check)
@@ -187,7 +180,7 @@ class QuizWidget(widgets.VBox):
         self.outcome = run_experiment(self.question.experiment)
         self.result.value = f"<pre>{html.escape(self.outcome.text)}</pre>"
         if self.outcome.figure is not None:
-            self.figure.value = png_bytes(self.outcome.figure)
+            show_png(self.figure, png_bytes(self.outcome.figure), css_width(self.outcome.figure))
         _show(self.figure, self.outcome.figure is not None)
 
 

@@ -56,6 +56,27 @@ max(0, python - compute)."""
 BUCKET_BYTES = 25 * 2**20
 
 
+def _whole(owner: object, name: str, least: int) -> None:
+    """Raise ValueError unless ``owner.name`` is a whole number >= ``least``."""
+    value = getattr(owner, name)
+    if isinstance(value, bool) or not isinstance(value, int) or value < least:
+        raise ValueError(f"{type(owner).__name__}.{name} must be a whole number >= {least}, not {value!r}.")
+
+
+def _amount(owner: object, name: str, positive: bool, infinite: bool = False) -> None:
+    """Raise ValueError unless ``owner.name`` is a real number, > 0 if ``positive`` else >= 0.
+
+    NaN is never one (every comparison with it is False, so it would give NaN speed-ups and "DP never pays
+    off"); +inf is one only where ``infinite``: a rate of math.inf bytes/s means "costs nothing".
+    """
+    value = getattr(owner, name)
+    finite = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    if not (finite or (infinite and value == math.inf)) or value < 0 or (positive and value == 0):
+        bound = "> 0" if positive else ">= 0"
+        also = " (or math.inf, for a cost of zero)" if infinite else ""
+        raise ValueError(f"{type(owner).__name__}.{name} must be a number {bound}{also}, not {value!r}.")
+
+
 @dataclasses.dataclass(frozen=True)
 class Workload:
     """What is trained: ``params`` in ``modules`` modules, ``batch`` samples per step (the global batch)."""
@@ -66,6 +87,12 @@ class Workload:
     flops_per_sample: float = 0.0  # 0: 6 * params, right for MLPs and transformers (per token)
     bytes_per_param: int = 4
     sample_bytes: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("params", "modules", "batch", "bytes_per_param"):
+            _whole(self, name, 1)
+        _whole(self, "sample_bytes", 0)
+        _amount(self, "flops_per_sample", positive=False)  # 0 means 6 * params
 
     @classmethod
     def of(cls, module: nn.Module, batch: int, sample_bytes: int = 0) -> "Workload":
@@ -99,6 +126,13 @@ class Hardware:
     ddp_overhead: float
     pipelined: bool
     asynchronous: bool
+
+    def __post_init__(self) -> None:
+        _whole(self, "compute_units", 1)
+        for rate in ("flops", "memory_bandwidth", "bandwidth"):  # per second: a rate of 0 never finishes
+            _amount(self, rate, positive=True, infinite=True)
+        for seconds in ("latency", "module_time", "replicate_time", "step_overhead", "dp_overhead", "ddp_overhead"):
+            _amount(self, seconds, positive=False)
 
 
 def _preset(name: str, flops: float, memory: float, units: int, link: float, latency: float, pipelined: bool
@@ -178,9 +212,14 @@ def predict_speedup(preset: str | Hardware, workload: Workload = EXAMPLE, max_de
     """DP's and DDP's speed-up for n = 1..``max_devices``; the batch is global, n devices share it."""
     if isinstance(preset, str) and preset not in PRESETS:
         raise ValueError(f"Unknown preset {preset!r}; choose one of {sorted(PRESETS)} or pass a Hardware.")
+    if isinstance(max_devices, bool) or not isinstance(max_devices, int) or max_devices < 1:
+        raise ValueError(f"max_devices must be a whole number >= 1 (curves run 1..max_devices), not {max_devices!r}.")
     hardware = PRESETS[preset] if isinstance(preset, str) else preset
     n_values = list(range(1, max_devices + 1))
     single = sum(step_time("single", 1, workload, hardware).values())
+    if single == 0:
+        raise ValueError(f"{hardware.name!r} takes 0 s per step on one device (infinite rates, no overheads), so "
+                         "there is no speed-up to compare; give it a finite rate or an overhead.")
     speedups = {kind: [single / sum(step_time(kind, n, workload, hardware).values()) for n in n_values]
                 for kind in ("dp", "ddp")}
     return Speedup(hardware, workload, n_values, speedups["dp"], speedups["ddp"])

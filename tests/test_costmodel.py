@@ -1,5 +1,7 @@
 """dpcourse.costmodel: the formula's terms, the presets' speed-up curves, and prediction against measurement."""
 
+import dataclasses
+import math
 import re
 
 import pytest
@@ -90,6 +92,52 @@ def test_plot_speedup_draws_both_curves_and_marks_where_dp_peaks():
     labels = [line.get_label() for line in axes.get_lines()]
     assert {"DP", "DDP", "ideal: n times faster"} <= set(labels)
     assert axes.get_xlabel() and axes.get_ylabel()
-    assert any("DP is fastest on" in text.get_text() for text in axes.texts)
+    assert any(label.startswith("DP is fastest on 6 devices: ") for label in labels)
+    assert not axes.texts, "no label drawn over the curves"
     tiny = plot_speedup("laptop CPU", TINY).axes[0]
     assert "DP slower than one device" in tiny.get_legend_handles_labels()[1]
+
+
+NAN, INF = math.nan, math.inf
+BAD_HARDWARE = [
+    ("bandwidth", 0), ("bandwidth", -1e9), ("bandwidth", NAN), ("bandwidth", -INF), ("flops", 0), ("flops", NAN),
+    ("memory_bandwidth", -1.0), ("compute_units", 0), ("compute_units", 2.5), ("latency", -1e-6), ("latency", INF),
+    ("module_time", NAN), ("step_overhead", INF), ("dp_overhead", -1.0),
+]  # fmt: skip
+BAD_WORKLOAD = [
+    ("params", 0), ("params", -5), ("modules", 0), ("batch", 0), ("batch", 2.0), ("batch", True),
+    ("flops_per_sample", NAN), ("flops_per_sample", INF), ("flops_per_sample", -1.0), ("bytes_per_param", 0),
+    ("sample_bytes", -1),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("field", "value"), BAD_HARDWARE)
+def test_hardware_that_makes_no_sense_is_refused_naming_the_input(field, value):
+    with pytest.raises(ValueError, match=rf"^Hardware\.{field} must be a (whole )?number .*, not {value!r}\.$"):
+        dataclasses.replace(PRESETS["8 GPUs, PCIe"], **{field: value})
+
+
+@pytest.mark.parametrize(("field", "value"), BAD_WORKLOAD)
+def test_a_workload_that_makes_no_sense_is_refused_naming_the_input(field, value):
+    with pytest.raises(ValueError, match=rf"^Workload\.{field} must be a (whole )?number .*, not {value!r}\.$"):
+        dataclasses.replace(EXAMPLE, **{field: value})
+
+
+def test_an_infinite_rate_means_free_and_zeros_are_allowed_where_they_mean_none():
+    free_link = dataclasses.replace(PRESETS["8 GPUs, PCIe"], bandwidth=INF, latency=0.0, dp_overhead=0.0)
+    curve = predict_speedup(free_link, dataclasses.replace(EXAMPLE, sample_bytes=0, flops_per_sample=0.0))
+    assert all(math.isfinite(s) and s > 0 for s in curve.dp + curve.ddp)
+    nothing_costs = dataclasses.replace(
+        free_link, flops=INF, memory_bandwidth=INF, module_time=0.0, replicate_time=0.0, step_overhead=0.0
+    )
+    with pytest.raises(ValueError, match="takes 0 s per step on one device"):
+        predict_speedup(nothing_costs)
+
+
+@pytest.mark.parametrize("max_devices", [0, -1, 2.0])
+def test_max_devices_must_be_at_least_one(max_devices):
+    with pytest.raises(ValueError, match=rf"max_devices must be a whole number >= 1 .*, not {max_devices!r}\."):
+        predict_speedup("one GPU", max_devices=max_devices)
+    with pytest.raises(ValueError, match="max_devices must be a whole number >= 1"):
+        plot_speedup("one GPU", max_devices=max_devices)
+    assert predict_speedup("one GPU", max_devices=1).devices == [1]

@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import time
+import types
 from pathlib import Path
 
 import pytest
@@ -117,6 +118,31 @@ def test_a_killed_worker_gives_a_clear_error_and_no_orphans():
 def test_a_hanging_worker_hits_the_deadline_instead_of_hanging():
     with pytest.raises(TimeoutError, match=r"ranks \[0, 1\] were still running after 2 s"):
         ddp.crash("hang", rank=1, timeout=2)
+    assert multiprocessing.active_children() == []
+
+
+def _nested_worker():
+    def worker() -> int:
+        return 0
+
+    return worker
+
+
+def _notebook_worker(monkeypatch):
+    """A function as a notebook cell defines it: found in ``__main__``, which has no file a rank could import."""
+    worker = _nested_worker()
+    worker.__module__, worker.__qualname__ = "__main__", "worker"
+    main = types.ModuleType("__main__")
+    main.worker = worker
+    monkeypatch.setitem(sys.modules, "__main__", main)
+    return worker
+
+
+@pytest.mark.parametrize("kind", ["lambda", "nested", "notebook"])
+def test_a_worker_that_is_not_importable_is_refused_before_any_process_starts(kind, monkeypatch):
+    makers = {"lambda": lambda: lambda: 0, "nested": _nested_worker, "notebook": lambda: _notebook_worker(monkeypatch)}
+    with pytest.raises(TypeError, match=r"cannot be sent to the new processes .* A worker must be importable"):
+        ddp.launch(makers[kind](), world_size=2)
     assert multiprocessing.active_children() == []
 
 

@@ -1,12 +1,17 @@
 """The install files agree: requirements.txt, environment.yml, pyproject.toml, README and .ci/run.
 
-`packaging` parses the specs (pytest depends on it, so it is always there); environment.yml is read with a
-small line parser so the tests need no YAML library.
+requirements.txt (the learner's install) holds what the course imports and no test tools; those are the
+package's `test` extra, which README's test command and .ci/run install. `packaging` parses the specs (pytest
+depends on it, so it is always there); environment.yml is read with a small line parser so the tests need no
+YAML library.
 """
 
+import ast
 import re
+import sys
 import tomllib
 from collections.abc import Iterable
+from importlib import metadata
 from pathlib import Path
 
 from packaging.requirements import Requirement
@@ -68,8 +73,12 @@ def test_environment_yml_python_satisfies_requires_python() -> None:
     assert python.group(1) in SpecifierSet(requires_python)
 
 
+def pyproject() -> dict:
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+
+
 def test_pyproject_dependencies_are_in_requirements_txt() -> None:
-    dependencies = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    dependencies = pyproject()["dependencies"]
     requirements = specs_by_name(requirements_txt_lines())
     for dependency in map(Requirement, dependencies):
         name = canonicalize_name(dependency.name)
@@ -101,3 +110,61 @@ def test_ci_runs_readme_test_command_step_by_step() -> None:
         found = ci.find(step, position)
         assert found >= 0, f".ci/run should run the README step {step!r} after the ones before it"
         position = found + len(step)
+
+
+def test_requirements_txt_holds_no_test_tools_they_are_the_test_extra() -> None:
+    test_extra = specs_by_name(pyproject()["optional-dependencies"]["test"])
+    assert {"pytest", "nbval", "hypothesis", "ruff", "playwright"} <= set(test_extra)
+    learner = specs_by_name(requirements_txt_lines())
+    assert not set(test_extra) & set(learner), "requirements.txt is the learner's install: no test tools"
+
+
+def imported_modules(paths: Iterable[Path]) -> set[str]:
+    """The top-level names of every absolute import in ``paths``, at any depth (imports inside functions too)."""
+    names = set()
+    for path in paths:
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                names |= {alias.name.partition(".")[0] for alias in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                names.add(node.module.partition(".")[0])
+    return names
+
+
+def installed_closure(names: Iterable[str]) -> set[str]:
+    """``names`` and every distribution they depend on, as installed here (extras' dependencies left out)."""
+    found, todo = set(), [canonicalize_name(name) for name in names]
+    while todo:
+        name = todo.pop()
+        if name in found:
+            continue
+        found.add(name)
+        try:
+            requirements = metadata.requires(name) or []
+        except metadata.PackageNotFoundError:
+            continue
+        for requirement in map(Requirement, requirements):
+            if not (requirement.marker and "extra" in str(requirement.marker)):
+                todo.append(canonicalize_name(requirement.name))
+    return found
+
+
+def test_every_package_the_course_imports_comes_with_requirements_txt() -> None:
+    course = [*(ROOT / "dpcourse").rglob("*.py"), *(ROOT / "notebooks" / "src").glob("*.py")]
+    third_party = imported_modules(course) - set(sys.stdlib_module_names) - {"dpcourse"}
+    available = installed_closure(specs_by_name(requirements_txt_lines()))
+    distributions = metadata.packages_distributions()  # module name -> the distributions that install it
+    providers = {module: set(map(canonicalize_name, dists)) for module, dists in distributions.items()}
+    missing = {module for module in third_party if not providers.get(module, set()) & available}
+    assert {"torch", "matplotlib", "ipywidgets", "filelock"} <= third_party
+    assert not missing, f"the course imports {sorted(missing)}, which requirements.txt does not bring"
+
+
+def test_readme_tests_with_the_test_extra_and_opens_the_course_without_it() -> None:
+    readme = (ROOT / "README.md").read_text()
+    learner = re.search(r"^python3 -m venv .*jupyter lab .*$", readme, flags=re.MULTILINE).group(0)
+    tests = re.search(r"^python3 -m venv .*-m pytest$", readme, flags=re.MULTILINE).group(0)
+    assert ".venv/bin/pip install -r requirements.txt -e . &&" in learner and "[test]" not in learner
+    assert '.venv/bin/pip install -r requirements.txt -e ".[test]" &&' in tests
+    for command in (learner, tests):  # torch first, in its own call: see test_torch_requirement_is_a_range...
+        assert command.startswith("python3 -m venv .venv && .venv/bin/pip install torch==2.13.0 && ")

@@ -1,8 +1,12 @@
-"""The progress file: where it lives, that only a submitted answer writes it, atomic saves, unreadable files set
-aside and reported, the per-lesson summary widget and the instructor's CSV export."""
+"""The progress file: where it lives, that only a submitted answer writes it, atomic and locked saves, symlinks
+kept, newer files left alone, unreadable files set aside and reported, the per-lesson summary widget and the
+instructor's CSV export."""
 
 import csv
 import json
+import os
+import subprocess
+import sys
 from datetime import datetime
 from pathlib import Path
 
@@ -40,7 +44,9 @@ def test_an_answer_is_saved_atomically_and_read_back(tmp_path):
     question = find_question("03-counter-lost")
     recorded = Progress(path).record(question, "0", True)
     assert recorded.path == path and recorded.set_aside is None
-    assert [p.name for p in path.parent.iterdir()] == ["progress.json"], "no temporary file is left behind"
+    assert sorted(p.name for p in path.parent.iterdir()) == [".progress.json.lock", "progress.json"], (
+        "no temporary file is left behind; the lock file is hidden"
+    )
     (attempt,) = Progress(path).read().questions["03-counter-lost"]["attempts"]
     assert (attempt["answer"], attempt["correct"]) == ("0", True)
     assert datetime.fromisoformat(attempt["time"]).tzinfo is not None
@@ -59,7 +65,7 @@ def test_a_failed_save_leaves_the_old_file_whole(tmp_path, monkeypatch):
     with pytest.raises(OSError, match="disk full"):
         Progress(path).record(question, "1", False)
     assert path.read_text() == before
-    assert [p.name for p in tmp_path.iterdir()] == ["progress.json"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".progress.json.lock", "progress.json"]
 
 
 def test_widgets_sharing_a_file_keep_each_others_answers(tmp_path):
@@ -95,6 +101,105 @@ def test_an_unreadable_file_is_set_aside_and_the_learner_told(tmp_path, how):
     assert f"It was kept as <code>{kept}</code>" in quiz.feedback.value
     assert kept.is_dir() if UNREADABLE[how] is None else kept.read_text() == UNREADABLE[how]
     assert list(Progress(path).read().questions) == ["03-counter-lost"]
+
+
+WRONG_TYPES = {
+    "correct as a string": ("correct", "false", "'correct' in attempt 1 at '03-counter-lost' must be true or false"),
+    "correct as a number": ("correct", 1, "'correct' in attempt 1 at '03-counter-lost' must be true or false"),
+    "answer as a number": ("answer", 0, "'answer' in attempt 1 at '03-counter-lost' must be a string"),
+    "time as null": ("time", None, "'time' in attempt 1 at '03-counter-lost' must be a string"),
+}
+
+
+@pytest.mark.parametrize("how", WRONG_TYPES)
+def test_a_wrongly_typed_field_is_rejected_naming_the_field(tmp_path, how):
+    field, value, message = WRONG_TYPES[how]
+    attempt = {"answer": "0", "correct": True, "time": "2025-01-31T12:00:00+00:00", field: value}
+    path = tmp_path / "progress.json"
+    entry = {"lesson": "03_replicate", "attempts": [attempt]}
+    path.write_text(json.dumps({"version": 1, "questions": {"03-counter-lost": entry}}))
+    snapshot = Progress(path).read()
+    assert snapshot.questions == {} and message in snapshot.problem
+    assert not ProgressSummary(Progress(path)).counts["03_replicate"].correct
+
+
+def test_a_true_version_is_not_version_one(tmp_path):
+    path = tmp_path / "progress.json"
+    path.write_text('{"version": true, "questions": {}}')
+    assert "not a dpcourse progress file" in Progress(path).read().problem
+
+
+def test_a_file_from_a_newer_dpcourse_is_kept_untouched_and_reported(tmp_path):
+    path = tmp_path / "progress.json"
+    newer = '{"version": 2, "questions": {"03-counter-lost": {"learner": "from the future"}}}'
+    path.write_text(newer)
+    snapshot = Progress(path).read()
+    assert snapshot.newer and "written by a newer dpcourse (file version 2, this one reads 1)" in snapshot.problem
+    assert "update dpcourse" in ProgressSummary(Progress(path)).note.value
+
+    quiz = ask("03-counter-lost", Progress(path))
+    quiz.answer_box.value = "0"
+    quiz.submit_button.click()
+    assert "Right" in quiz.feedback.value
+    assert "this answer was not saved" in quiz.feedback.value and "written by a newer dpcourse" in quiz.feedback.value
+    assert path.read_text() == newer and not list(tmp_path.glob("*.corrupt-*"))
+
+
+def test_a_symlinked_progress_file_stays_a_symlink(tmp_path):
+    target = tmp_path / "synced" / "answers.json"
+    link = tmp_path / "progress.json"
+    link.symlink_to(target)  # dangling until the first answer
+    question = find_question("03-counter-lost")
+    for answer in ("1", "0"):
+        assert Progress(link).record(question, answer, answer == "0").path == link
+    assert link.is_symlink() and link.resolve() == target
+    attempts = json.loads(target.read_text())["questions"]["03-counter-lost"]["attempts"]
+    assert [a["answer"] for a in attempts] == ["1", "0"]
+
+
+def test_an_unreadable_symlinked_file_is_set_aside_beside_its_target_and_the_link_kept(tmp_path):
+    target = tmp_path / "synced" / "answers.json"
+    target.parent.mkdir()
+    target.write_text("{not json")
+    link = tmp_path / "progress.json"
+    link.symlink_to(target)
+    recorded = Progress(link).record(find_question("03-counter-lost"), "0", True)
+    assert recorded.set_aside.parent == target.parent and recorded.set_aside.read_text() == "{not json"
+    assert link.is_symlink() and list(Progress(link).read().questions) == ["03-counter-lost"]
+
+
+RECORDER = """
+import sys, time
+from pathlib import Path
+from dpcourse.quiz import Progress, find_question
+path, worker, go = sys.argv[1], sys.argv[2], Path(sys.argv[3])
+question, progress = find_question("03-counter-lost"), Progress(path)
+print("ready", flush=True)
+while not go.exists():
+    time.sleep(0.001)
+for number in range(100):
+    progress.record(question, f"{worker}-{number}", False)
+"""
+
+
+def test_two_processes_answering_at_once_keep_all_200_answers(tmp_path):
+    path, go = tmp_path / "progress.json", tmp_path / "go"
+    environment = {**os.environ, "PYTHONPATH": str(ROOT)}
+    workers = [
+        subprocess.Popen(
+            [sys.executable, "-c", RECORDER, str(path), name, str(go)],
+            stdout=subprocess.PIPE,
+            text=True,
+            env=environment,
+        )
+        for name in "ab"
+    ]
+    # Both have imported dpcourse before either records, so their 100 answers each interleave.
+    assert [worker.stdout.readline() for worker in workers] == ["ready\n", "ready\n"]
+    go.touch()
+    assert [worker.wait() for worker in workers] == [0, 0]
+    answers = [a["answer"] for a in Progress(path).read().questions["03-counter-lost"]["attempts"]]
+    assert sorted(answers) == sorted(f"{name}-{number}" for name in "ab" for number in range(100))
 
 
 def test_record_returns_the_set_aside_path_and_never_reuses_a_name(tmp_path):

@@ -153,6 +153,15 @@ def test_what_is_not_a_number_is_refused_with_a_hint(text):
         parse_number(text)
 
 
+NOT_FINITE = ["1e999", "-1e999", "1e999999999", "inf", "nan", "1e308/1e-308", 10**400, float("inf")]
+
+
+@pytest.mark.parametrize("text", NOT_FINITE)
+def test_an_overflowing_or_infinite_number_is_refused_with_a_hint(text):
+    with pytest.raises(ValueError, match=r"not a (finite )?number.* Type a number such as 3"):
+        parse_number(text)
+
+
 def test_a_number_question_accepts_answers_within_its_tolerance(tmp_path):
     (question,) = parse_file(write(tmp_path, changed(kind="number", answer=0.25, tolerance=0.01, options=None)))
     assert question.accepts("1/4") and question.accepts("0.259") and not question.accepts("0.27")

@@ -69,6 +69,8 @@ def test_question_end_to_end(tmp_path, question):
         assert hidden(quiz.figure)
     else:
         assert bytes(quiz.figure.value).startswith(b"\x89PNG") and not hidden(quiz.figure)
+        # Crisp: two PNG pixels per CSS pixel of the width it is shown at (the PNG header holds the width).
+        assert int.from_bytes(bytes(quiz.figure.value)[16:20], "big") == 2 * int(quiz.figure.layout.width[:-2])
 
 
 def test_a_choice_question_needs_a_choice_and_a_typed_answer_must_parse(tmp_path):
@@ -125,3 +127,11 @@ def test_markup_escapes_html_and_keeps_stars_inside_code():
     assert markup("a < b, *this*\n`f(*args)`\n\nnext") == (
         "<p>a &lt; b, <em>this</em>\n<code>f(*args)</code></p><p>next</p>"
     )
+
+
+def test_an_overflowing_answer_gets_a_clear_reply_and_is_not_recorded(tmp_path):
+    progress_file = tmp_path / "progress.json"
+    quiz = ask("02-six-rows-four-devices", Progress(progress_file))
+    give(quiz, "1e999")
+    assert "is not a finite number" in quiz.feedback.value and "Something went wrong" not in quiz.feedback.value
+    assert not progress_file.exists()

@@ -234,3 +234,23 @@ def test_gradient_sum_names_the_parameters_when_one_is_unknown():
 def test_a_figure_shows_itself_in_jupyter_without_pyplot():
     png = chunk_split(4, 2)._repr_png_()  # IPython's fallback when matplotlib-inline never registered Figure
     assert png.startswith(b"\x89PNG")
+
+
+def test_gather_view_with_features_shows_the_shapes_the_lesson_prints():
+    fig = gather_view([3, 3, 3, 1], features=4)
+    assert tuple(fig.dpcourse_data["gathered"].shape) == (10, 4)
+    assert fig.dpcourse_data["owners"] == [0, 0, 0, 1, 1, 1, 2, 2, 2, 3]
+    assert "shape [10, 4]" in title(fig) and "replica 0\nshape [3, 4]" in texts(fig)
+
+
+def test_every_gradient_sum_bar_ends_inside_the_frame():
+    axes = gradient_sum(batch=10, n_devices=4).axes[0]
+    low, high = axes.get_ylim()
+    ends = [end for bar in axes.patches for end in (bar.get_y(), bar.get_y() + bar.get_height())]
+    margin = 0.02 * (high - low)
+    assert low + margin < min(ends) and max(ends) < high - margin
+
+
+def test_replicate_map_leaves_out_the_settings_of_torchs_own_layers():
+    relations = replicate_map(Tagged(), dpcourse.devices(2)).dpcourse_data["relations"]
+    assert "tag" in relations and not {"fc.in_features", "bn.eps", "bn.momentum"} & set(relations)

@@ -15,7 +15,7 @@ import torch.nn.functional as F
 import dpcourse
 import dpcourse.scatter_gather
 from dpcourse import examples
-from dpcourse.widgets import ChunkExplorer, GradientSum, StepThrough, Timeline, _base
+from dpcourse.widgets import ChunkExplorer, CostModelCalculator, GradientSum, StepThrough, Timeline, _base
 from dpcourse.widgets import timeline as timeline_module
 from dpcourse.widgets.latency import EXPLORERS, measure_all, measure_interactions
 from dpcourse.widgets.stages import STAGES
@@ -217,7 +217,7 @@ def test_gradient_sum_sum_reduction_matches_a_single_device_sum():
 
 def test_timeline_does_nothing_until_run():
     t = Timeline()
-    assert png(t.image) == placeholder_png() and t.totals.value == ""
+    assert png(t.image) == placeholder_png()[0] and t.totals.value == ""
     assert "press Run to measure" in text(t.status)
     assert repr(t) == "Timeline(model='small', batch=64, devices=2, steps=3)"
 
@@ -227,7 +227,7 @@ def test_timeline_run_draws_the_step_and_per_stage_totals(model):
     t = Timeline(model=model, batch=16, devices=2, steps=1)
     t.run_button.click()
     assert not t.message.value
-    assert png(t.image).startswith(PNG) and png(t.image) != placeholder_png()
+    assert png(t.image).startswith(PNG) and png(t.image) != placeholder_png()[0]
     shown = text(t.totals)
     for stage in ("scatter", "replicate", "forward", "gather", "backward", "reduce-add", "optimizer step", "step"):
         assert re.search(rf"\b{re.escape(stage)} \d+\.\d\d \d+%", shown), (stage, shown)
@@ -235,7 +235,7 @@ def test_timeline_run_draws_the_step_and_per_stage_totals(model):
     assert "measured" in text(t.status)
     assert repr(t) == f"Timeline(model='{model}', batch=16, devices=2, steps=1)"
     t.steps_slider.value = 2  # a changed setting clears the old result
-    assert t.totals.value == "" and png(t.image) == placeholder_png()
+    assert t.totals.value == "" and png(t.image) == placeholder_png()[0]
 
 
 def _broken_scatter(*args, **kwargs):
@@ -300,3 +300,38 @@ def test_measure_all_times_every_control_of_every_explorer(monkeypatch):
 def test_measure_interactions_rejects_nonsense():
     with pytest.raises(ValueError, match="repeats >= 1"):
         measure_interactions(ChunkExplorer, repeats=0)
+
+
+OUT_OF_RANGE = [
+    (ChunkExplorer, {"batch": 33}, "batch=33 is out of range: choose a whole number from 1 to 32."),
+    (ChunkExplorer, {"dim": 2}, "dim=2 is out of range: choose a whole number from 0 to 1."),
+    (GradientSum, {"devices": 0}, "devices=0 is out of range: choose a whole number from 1 to 8."),
+    (GradientSum, {"reduction": "max"}, "reduction='max' is not one of the choices: pick one of ['mean', "),
+    (StepThrough, {"batch": 2.5}, "batch=2.5 is out of range: choose a whole number from 1 to 32."),
+    (Timeline, {"steps": 11}, "steps=11 is out of range: choose a whole number from 1 to 10."),
+    (Timeline, {"batch": 32}, "batch=32 is not one of the choices: pick one of [16, 64, 256]."),
+]
+
+
+@pytest.mark.parametrize(("make", "arguments", "message"), OUT_OF_RANGE)
+def test_a_constructor_value_out_of_range_is_an_error_not_a_silent_clamp(make, arguments, message):
+    with pytest.raises(ValueError) as info:
+        make(**arguments)
+    assert str(info.value).startswith(message)
+
+
+def test_an_error_hides_the_figure_of_the_previous_setting(monkeypatch):
+    explorer = GradientSum()
+    assert explorer.image.layout.display is None
+    monkeypatch.setattr(dpcourse, "scatter", _broken_scatter)
+    monkeypatch.setattr(dpcourse.scatter_gather, "scatter", _broken_scatter)
+    explorer.batch_slider.value = 3
+    assert explorer.message.value and explorer.image.layout.display == "none"
+
+
+@pytest.mark.parametrize("make", [ChunkExplorer, GradientSum, Timeline, CostModelCalculator])
+def test_figures_are_drawn_at_twice_the_width_they_are_shown_at(make):
+    explorer = make()
+    shown = explorer.image.layout.width
+    assert re.fullmatch(r"\d+px", shown), "a width of its own: no stretching to the cell's width"
+    assert int.from_bytes(png(explorer.image)[16:20], "big") == 2 * int(shown[:-2])  # the PNG header's width

@@ -136,3 +136,31 @@ def test_every_control_answers_without_error():
     results = measure_interactions(CostModelCalculator, repeats=1)
     assert set(results) == {"preset_toggle", "batch_slider", "params_slider", "bandwidth_slider"}
     assert all(stats["n"] >= 3 for stats in results.values())
+
+
+def test_an_input_that_makes_no_sense_shows_its_error_and_clears_the_stale_results():
+    c = CostModelCalculator()
+    assert c.summary.value and c.terms_table.value and c.image.layout.display is None
+    c.bandwidth_slider.options = [("0 GB/s", 0), *c.bandwidth_slider.options]  # as if the slider went to 0
+    c.bandwidth_slider.value = 0
+    assert text(c.message).startswith("ValueError: Hardware.bandwidth must be a number &gt; 0")
+    assert text(c.message).endswith("not 0.0.")
+    assert c.summary.value == "" and c.terms_table.value == "" and c.image.layout.display == "none"
+    c.bandwidth_slider.value = 12
+    assert c.message.value == "" and "batch 256." in text(c.summary) and c.image.layout.display is None
+
+
+BAD_ARGUMENTS = {
+    "preset": ("TPU pod", "preset='TPU pod' is not one of the choices: pick one of ['laptop CPU', "),
+    "batch": (100, "batch=100 is not one of the choices: pick one of [32, 64, 128, 256, 512, 1024]."),
+    "params": (3, "params=3 is not one of the choices: pick one of [1000000, "),
+    "bandwidth": (0, "bandwidth=0 is not one of the choices: pick one of [1, 4, 12, 25, 50, 150, 300, 500]."),
+}
+
+
+@pytest.mark.parametrize("argument", BAD_ARGUMENTS)
+def test_a_constructor_value_that_is_not_a_choice_is_an_error_not_a_silent_default(argument):
+    value, message = BAD_ARGUMENTS[argument]
+    with pytest.raises(ValueError) as info:
+        CostModelCalculator(**{argument: value})
+    assert str(info.value).startswith(message)

@@ -23,8 +23,10 @@ import datetime
 import json
 import multiprocessing
 import os
+import pickle
 import signal
 import socket
+import sys
 import tempfile
 import threading
 import time
@@ -175,6 +177,28 @@ def _explain(reported: int, processes: Sequence[Any], out: Path) -> WorkerError:
     return WorkerError(message, cause, [p.pid for p in processes])
 
 
+def _check_importable(worker: Callable[..., Any]) -> None:
+    """Raise ``TypeError`` now if the ranks could not import ``worker``, rather than a pickling error later.
+
+    The worker travels to each rank as its module and name. A lambda or a nested function has no such name;
+    one defined in a notebook cell has one only in the notebook's ``__main__``, which a rank cannot import.
+    """
+    problem = None
+    try:
+        pickle.dumps(worker)
+    except (pickle.PicklingError, AttributeError, TypeError) as error:
+        problem = str(error)
+    module = getattr(worker, "__module__", None)
+    if problem is None and module == "__main__" and not hasattr(sys.modules.get(module), "__file__"):
+        problem = "it was defined in a notebook or an interactive session"
+    if problem:
+        raise TypeError(
+            f"The DDP worker {worker!r} cannot be sent to the new processes ({problem}). A worker must be "
+            "importable: a function defined at module level in a .py file (like those in dpcourse.ddp), "
+            "not a lambda, a nested function or a function defined in a notebook cell."
+        )
+
+
 def _stop(processes: Sequence[Any]) -> None:
     for process in processes:
         if process.is_alive():
@@ -199,11 +223,13 @@ def launch(
     Inside it the process group is ready: ``dist.get_rank()``, ``dist.all_reduce``, DDP all work.
     Results travel back through files (``torch.save``), so tensors, numbers, lists and dicts are fine.
 
-    Raises ``WorkerError`` naming the rank that failed, with its traceback, and ``TimeoutError`` if the
+    Raises ``TypeError`` before starting anything if ``worker`` is not importable (a lambda, say),
+    ``WorkerError`` naming the rank that failed, with its traceback, and ``TimeoutError`` if the
     ranks are not done after ``timeout`` seconds. Either way, no process is left running.
     """
     if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
         raise ValueError(f"world_size is the number of processes to start, a whole number >= 1; got {world_size!r}.")
+    _check_importable(worker)
     backend = backend or backend_for(world_size)
     method = _start_method()
     ranks_end, launcher_end = multiprocessing.get_context(method).Pipe(duplex=False)  # ranks read; EOF: we died

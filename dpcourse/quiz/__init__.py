@@ -16,11 +16,12 @@ from .outcome import EXPERIMENTS, Outcome, run_experiment
 from .progress import Progress
 from .report import ProgressSummary, export_csv
 from .schema import Question, QuizFormatError, parse_file
-from .widget import QuizWidget, ask, ask_lesson
+from .widget import LessonQuiz, QuizWidget, ask, ask_lesson
 
 __all__ = [
     "EXPERIMENTS",
     "LESSONS",
+    "LessonQuiz",
     "Outcome",
     "Progress",
     "ProgressSummary",

@@ -10,8 +10,8 @@ not on the punctuation::
 A number question accepts ``3``, ``0.25``, ``1e-3`` and fractions such as ``1/4``.
 """
 
+import math
 import re
-from fractions import Fraction
 
 _SIZE_PREFIX = re.compile(r"^torch\.Size\((.*)\)$", re.DOTALL)
 
@@ -61,15 +61,27 @@ def _size(part: object) -> int:
 
 
 def parse_number(text: str | int | float) -> float:
-    """Read ``"3"``, ``"0.25"``, ``"1e-3"`` or ``"1/4"`` as a float; ``ValueError`` with a hint otherwise."""
+    """Read ``"3"``, ``"0.25"``, ``"1e-3"`` or ``"1/4"`` as a float; ``ValueError`` with a hint otherwise.
+
+    Only finite numbers are answers: ``1e999`` (which overflows a float), ``inf`` and ``nan`` are refused.
+    A fraction is divided as floats rather than read with ``Fraction``, which would build the exact integer
+    10**999999999 for an answer like ``1e999999999``.
+    """
     if isinstance(text, bool):
         raise ValueError(f"{text!r} is not a number.")
-    if isinstance(text, (int, float)):
-        return float(text)
     try:
-        return float(Fraction(text.strip().replace(" ", "")))
-    except (ValueError, ZeroDivisionError):
+        if isinstance(text, (int, float)):
+            value = float(text)
+        else:
+            numerator, slash, denominator = text.strip().replace(" ", "").partition("/")
+            value = float(numerator) / float(denominator) if slash else float(numerator)
+    except (ValueError, ZeroDivisionError, OverflowError):
         raise ValueError(f"{text!r} is not a number. Type a number such as 3, 0.25 or 1/4.") from None
+    if not math.isfinite(value):
+        raise ValueError(
+            f"{text!r} is not a finite number (too large, infinite or NaN). Type a number such as 3, 0.25 or 1/4."
+        )
+    return value
 
 
 def format_shape(shape: tuple[int, ...]) -> str:

@@ -78,6 +78,10 @@ class ProgressSummary(widgets.VBox):
         super().__init__([self.table, self.note, self.refresh_button])
         self.refresh()
 
+    def __repr__(self) -> str:
+        # No counts: they are the learner's, so a notebook's stored output would differ on every machine.
+        return "ProgressSummary: your answers per lesson — run the cell in JupyterLab to see them"
+
     def refresh(self) -> None:
         """Read the progress file again and redraw the table."""
         snapshot = self.progress.read()
@@ -90,9 +94,15 @@ class ProgressSummary(widgets.VBox):
             '<table style="border-spacing: 16px 2px; margin-left: -16px">'
             "<tr><th>lesson</th><th>answered</th><th>correct</th><th>total</th></tr>" + rows + "</table>"
         )
-        self.note.value = (
-            f"<b>Your progress file could not be read:</b> {html.escape(snapshot.problem)}. It will be kept as "
-            f"a <code>.corrupt-…</code> copy beside it when you next submit an answer."
-            if snapshot.problem
-            else ""
-        )
+        if snapshot.newer:
+            self.note.value = (
+                f"<b>Your progress file could not be read:</b> {html.escape(snapshot.problem)}. It is left as it "
+                "is; update dpcourse (<code>git pull</code>) to see and add to it."
+            )
+        elif snapshot.problem:
+            self.note.value = (
+                f"<b>Your progress file could not be read:</b> {html.escape(snapshot.problem)}. It will be kept "
+                "as a <code>.corrupt-…</code> copy beside it when you next submit an answer."
+            )
+        else:
+            self.note.value = ""

@@ -8,12 +8,12 @@ kernel), so tests can click the public controls in plain pytest and read what a 
 
 import functools
 import html
-import io
 import re
 from collections.abc import Callable
 
 import ipywidgets as widgets
-from matplotlib.figure import Figure
+
+from dpcourse.widgets._base import css_width, png_bytes, show_png
 
 from .bank import find_question, load_lesson
 from .outcome import Outcome, run_experiment
@@ -47,13 +47,6 @@ def _source_html(source: str) -> str:
     if source.startswith("https://"):
         return f'<a href="{html.escape(source)}" target="_blank">{html.escape(source)}</a>'
     return f"<code>{html.escape(source)}</code>"
-
-
-def png_bytes(figure: Figure) -> bytes:
-    """Render ``figure`` to PNG bytes, for an ``ipywidgets.Image``."""
-    buffer = io.BytesIO()
-    figure.savefig(buffer, format="png", dpi=100, bbox_inches="tight")
-    return buffer.getvalue()
 
 
 def _reporting_errors(handler: Callable[["QuizWidget"], None]) -> Callable[["QuizWidget", object], None]:
@@ -111,7 +104,7 @@ class QuizWidget(widgets.VBox):
             description="Run the experiment", icon="flask", layout=widgets.Layout(width="auto")
         )
         self.result = widgets.HTML()
-        self.figure = widgets.Image(format="png")
+        self.figure = widgets.Image(format="png", layout=widgets.Layout(max_width="100%"))
         for hidden in (self.explanation, self.experiment_button, self.figure):
             _show(hidden, False)
         self.submit_button.on_click(self.check)
@@ -130,6 +123,11 @@ class QuizWidget(widgets.VBox):
                 self.figure,
             ]
         )
+
+    def __repr__(self) -> str:
+        # The text a notebook shows where the widget cannot render (untrusted, a static page): short, not the
+        # ipywidgets default that lists every child's HTML.
+        return f"QuizWidget: {self.question.id} ({self.question.kind}) — run the cell in JupyterLab to answer"
 
     @property
     def response(self) -> str:
@@ -162,7 +160,12 @@ class QuizWidget(widgets.VBox):
         _show(self.explanation, True)
         _show(self.experiment_button, True)
         recorded = self.progress.record(self.question, self.response, correct)
-        if recorded.set_aside:
+        if not recorded.saved:
+            self.feedback.value += (
+                f"<p><b>Note:</b> this answer was not saved: {html.escape(recorded.problem)}. The file is left as "
+                "it is; update dpcourse (<code>git pull</code>) to keep recording answers in it.</p>"
+            )
+        elif recorded.set_aside:
             self.feedback.value += (
                 f"<p><b>Note:</b> {html.escape(recorded.problem)}. It was kept as "
                 f"<code>{html.escape(str(recorded.set_aside))}</code> and a new progress file was started.</p>"
@@ -177,7 +180,7 @@ class QuizWidget(widgets.VBox):
         self.outcome = run_experiment(self.question.experiment)
         self.result.value = f"<pre>{html.escape(self.outcome.text)}</pre>"
         if self.outcome.figure is not None:
-            self.figure.value = png_bytes(self.outcome.figure)
+            show_png(self.figure, png_bytes(self.outcome.figure), css_width(self.outcome.figure))
         _show(self.figure, self.outcome.figure is not None)
 
 
@@ -190,7 +193,19 @@ def ask(question: str | Question, progress: Progress | None = None) -> QuizWidge
     return QuizWidget(find_question(question) if isinstance(question, str) else question, progress)
 
 
-def ask_lesson(lesson: str, progress: Progress | None = None) -> widgets.VBox:
+class LessonQuiz(widgets.VBox):
+    """All of one lesson's questions in one column (``quizzes``, one ``QuizWidget`` each), sharing a progress file."""
+
+    def __init__(self, lesson: str, progress: Progress | None = None) -> None:
+        self.lesson = lesson
+        progress = progress or Progress()
+        self.quizzes = [QuizWidget(question, progress) for question in load_lesson(lesson)]
+        super().__init__(self.quizzes)
+
+    def __repr__(self) -> str:
+        return f"LessonQuiz: {len(self.quizzes)} questions of {self.lesson} — run the cell in JupyterLab to answer"
+
+
+def ask_lesson(lesson: str, progress: Progress | None = None) -> LessonQuiz:
     """All of ``lesson``'s questions (e.g. ``"02_scatter"``) in one column, sharing one progress file."""
-    progress = progress or Progress()
-    return widgets.VBox([QuizWidget(question, progress) for question in load_lesson(lesson)])
+    return LessonQuiz(lesson, progress)

@@ -16,14 +16,18 @@ GAP = 0.6  # rows of space between two replicas' blocks on the left
 OUTPUT_X, GATHERED_X = 0, 3  # the two columns of the picture
 
 
-def gather_view(output_sizes: Sequence[int], target_device: DeviceLike = "cpu", scalars: bool = False) -> Figure:
+def gather_view(
+    output_sizes: Sequence[int], target_device: DeviceLike = "cpu", scalars: bool = False, features: int | None = None
+) -> Figure:
     """Draw what ``dpcourse.gather`` does with one output per replica: concatenate them on ``target_device``.
 
     Replica ``i`` (on ``dpcourse.devices(n)[i]``) returns ``output_sizes[i]`` rows, each holding the number
     ``i``; after the real gather, every row of the result is coloured by the number it holds, so the picture
     shows where each row really landed: in replica order, block after block, with no padding or reordering.
 
-    ``scalars=True`` makes every replica return a 0-d tensor instead (a loss, say; ``output_sizes`` then
+    ``features=4`` gives every row 4 numbers, as a model with 4 outputs per sample returns: the shapes then
+    read ``[3, 4]`` and ``[10, 4]``, as printed beside the figure. ``scalars=True`` makes every replica return
+    a 0-d tensor instead (a loss, say; ``output_sizes`` then
     only gives the number of replicas). Gather cannot concatenate 0-d tensors, so it turns them into a
     vector of length n and warns; the figure quotes that warning. Averaging that vector is *not* the mean
     over the batch when chunks are uneven (see ``per_replica_mean_bias``).
@@ -32,13 +36,14 @@ def gather_view(output_sizes: Sequence[int], target_device: DeviceLike = "cpu", 
     """
     devices = dpcourse.devices(len(output_sizes))
     sizes = [1] * len(devices) if scalars else list(output_sizes)
-    outputs = [torch.tensor(float(i), device=d) if scalars else torch.full((b,), float(i), device=d)
+    row = () if features is None else (features,)
+    outputs = [torch.tensor(float(i), device=d) if scalars else torch.full((b, *row), float(i), device=d)
                for i, (b, d) in enumerate(zip(sizes, devices, strict=True))]
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         gathered = dpcourse.gather(outputs, target_device)
     warning = str(caught[0].message) if caught else None
-    owners = [int(v) for v in gathered.tolist()]
+    owners = [int(v) for v in gathered.reshape(len(gathered), -1)[:, 0].tolist()]  # a row holds its replica number
 
     fig = new_figure(height=2.2 + 0.32 * (sum(sizes) + GAP * len(sizes)) + (0.6 if warning else 0), width=7.5)
     ax = fig.subplots()

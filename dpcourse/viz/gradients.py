@@ -86,6 +86,9 @@ def gradient_sum(
 
     fig = new_figure(height=4.6)
     ax = fig.subplots()
+    # A bar's base is "sticky": autoscaling adds no margin beyond it. A waterfall bar's base can be the lowest
+    # point of the plot, and the bar ending there looked cut off by the frame.
+    ax.use_sticky_edges = False
     group = len(per_replica) + 3
     for g, e in enumerate(entries):
         x0, running = g * group, 0.0

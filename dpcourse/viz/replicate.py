@@ -11,7 +11,7 @@ from torch import nn
 import dpcourse
 from dpcourse.devices import DeviceLike
 
-from .palette import IDLE_COLOR, cell, device_color, device_label, grid_axes, new_figure
+from .palette import IDLE_COLOR, cell, device_color, device_label, grid_axes, legend_below, new_figure
 
 SHARED = "shared storage"
 COPY = "copy"
@@ -22,13 +22,19 @@ INSET = 0.05  # a gap between cells, so that each outline stays visible
 
 
 def _entries(module: nn.Module) -> Iterator[tuple[str, str, nn.Module, str]]:
-    """``(kind, dotted name, submodule, attribute name)`` for every parameter, buffer and plain attribute."""
+    """``(kind, dotted name, submodule, attribute name)`` for every parameter, buffer and plain attribute.
+
+    Plain attributes only of modules defined outside torch: the settings of torch's own layers
+    (``in_features``, ``eps``, ``momentum``...) are shared the same way and would make the map a screen tall.
+    """
     for prefix, sub in module.named_modules():
         dotted = f"{prefix}." if prefix else ""
         for name, _ in sub.named_parameters(recurse=False):
             yield "parameter", dotted + name, sub, name
         for name, _ in sub.named_buffers(recurse=False):
             yield "buffer", dotted + name, sub, name
+        if type(sub).__module__.split(".")[0] == "torch":
+            continue
         for name in vars(sub):
             if not name.startswith("_") and name != "training":
                 yield "attribute", dotted + name, sub, name
@@ -81,7 +87,7 @@ def replicate_map(module: nn.Module, devices: Sequence[DeviceLike]) -> Figure:
     entries = list(_entries(module))
     paths = {id(sub): prefix for prefix, sub in module.named_modules()}
 
-    fig = new_figure(height=1.4 + 0.3 * len(entries), width=min(9.0, 4.0 + 1.3 * len(devices)))
+    fig = new_figure(height=1.7 + 0.3 * max(len(entries), 4), width=min(9.0, 4.0 + 1.3 * len(devices)))
     ax = fig.subplots()
     grid_axes(ax, 1 + len(devices), len(entries))
     relations: dict[str, list[str]] = {}
@@ -98,11 +104,14 @@ def replicate_map(module: nn.Module, devices: Sequence[DeviceLike]) -> Figure:
     ax.set_xticks([c + 0.5 for c in range(len(columns))], [c.replace(" (", "\n(") for c in columns], fontsize=9)
     ax.xaxis.set_ticks_position("top")
     ax.set_yticks([y + 0.5 for y in range(len(entries))], [f"{d}  ({k})" for k, d, _, _ in entries], fontsize=8)
-    ax.set_ylabel("parameter, buffer or plain attribute")
+    # The x-label sits with the column headings at the top, clear of the legend below. The y-label is short,
+    # and a map is at least 4 rows tall, so that it fits beside a module with only 2 entries.
+    ax.set_ylabel("the module's entries")
+    ax.xaxis.set_label_position("top")
     ax.set_xlabel("what each replica holds, from dpcourse.replicate")
     styles = {relation: _style(relation, LEGEND_GREY) for relation in (SHARED, COPY, BY_REFERENCE)}
     handles = [Patch(label=relation, facecolor=style.pop("fill"), **style) for relation, style in styles.items()]
-    ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.06), ncols=3, fontsize=8)
+    legend_below(fig, handles)
     fig.suptitle(f"{type(module).__name__} replicated on {len(devices)} devices: shared or copied?")
     fig.dpcourse_data = {"relations": relations}
     return fig

@@ -14,24 +14,43 @@ from typing import Any
 import ipywidgets as widgets
 from matplotlib.figure import Figure
 
-DPI = 72  # Agg spends ~100-300 ms per figure; fewer pixels keep every click answering quickly
+# A figure is shown at the size of the lessons' own figures: 100 CSS px per inch, matplotlib's figure.dpi, which
+# the notebook's inline backend uses. It is drawn with 2 PNG pixels per CSS px, so it stays sharp on high-density
+# screens and when zoomed. The image gets that width explicitly: with none, a VBox stretches it to the cell's
+# width and a browser scales it up, blurred. Agg's time is mostly layout, not pixels: 2x costs about 40% more.
+CSS_PX_PER_INCH = 100
+PIXEL_RATIO = 2
 ERROR_STYLE = "color: #C00000; white-space: pre-wrap; font-family: monospace"
 TABLE_STYLE = "border-collapse: collapse; font-family: monospace; font-size: 12px"
 CELL_STYLE = "padding: 1px 10px 1px 0; text-align: left"
 
 
-def png_bytes(fig: Figure, dpi: int = DPI) -> bytes:
-    """The figure rendered as PNG bytes, ready for ``ipywidgets.Image.value``."""
+def png_bytes(fig: Figure) -> bytes:
+    """The figure rendered as PNG bytes for ``ipywidgets.Image.value``, at ``PIXEL_RATIO`` pixels per CSS px."""
     buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=dpi)
+    fig.savefig(buffer, format="png", dpi=CSS_PX_PER_INCH * PIXEL_RATIO)
     return buffer.getvalue()
+
+
+def css_width(fig: Figure) -> str:
+    """The width ``fig`` is shown at (``"700px"`` for a 7-inch figure), for ``png_bytes(fig)`` in an ``Image``."""
+    return f"{round(fig.get_figwidth() * CSS_PX_PER_INCH)}px"
+
+
+def show_png(image: widgets.Image, png: bytes, width: str) -> None:
+    """Put ``png`` in ``image`` at ``width`` (from ``css_width``), shrunk to fit a narrower cell, and show it."""
+    image.value = png
+    image.layout.width = width
+    image.layout.display = None
 
 
 def reports_errors(callback: Callable[..., None]) -> Callable[..., None]:
     """Wrap an explorer's callback so that an exception shows as ``Type: message`` in its ``message`` area.
 
     ipywidgets runs callbacks inside the kernel's comm handler, where an exception only reaches a log the
-    learner never sees: the click would seem to do nothing. A success clears the previous error.
+    learner never sees: the click would seem to do nothing. An error also clears what the previous setting
+    showed (``Explorer.clear_results``), so no stale figure or sentence sits beside it. A success clears the
+    previous error.
     """
 
     @functools.wraps(callback)
@@ -39,6 +58,7 @@ def reports_errors(callback: Callable[..., None]) -> Callable[..., None]:
         try:
             callback(self, *args)
         except Exception as error:
+            self.clear_results()
             self.message.value = paragraph(f"{type(error).__name__}: {error}", ERROR_STYLE)
         else:
             self.message.value = ""
@@ -62,8 +82,38 @@ def table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
 
 
 def int_slider(description: str, value: int, low: int, high: int) -> widgets.IntSlider:
-    """A slider that reports only when released: dragging would otherwise queue one recomputation per step."""
+    """A slider that reports only when released: dragging would otherwise queue one recomputation per step.
+
+    ``value`` outside ``low..high`` raises ``ValueError``: ``IntSlider`` would silently clamp it, and the
+    explorer would show another setting than the one asked for.
+    """
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise ValueError(f"{description}={value!r} is out of range: choose a whole number from {low} to {high}.")
     return widgets.IntSlider(value=value, min=low, max=high, description=description, continuous_update=False)
+
+
+def _check_choice(argument: str, value: Any, options: Sequence[Any]) -> None:
+    values = [option[1] if isinstance(option, tuple) else option for option in options]
+    if value not in values:
+        raise ValueError(f"{argument}={value!r} is not one of the choices: pick one of {values}.")
+
+
+def toggle_buttons(description: str, options: Sequence[Any], value: Any, argument: str = "") -> widgets.ToggleButtons:
+    """Buttons for one of ``options``; a ``value`` not among them raises ``ValueError`` naming the constructor's
+    ``argument`` (default: the description) and the choices, where ipywidgets would say "value not found"."""
+    _check_choice(argument or description, value, options)
+    return widgets.ToggleButtons(
+        options=list(options), value=value, description=description, style={"button_width": "auto"}
+    )
+
+
+def selection_slider(
+    description: str, options: Sequence[Any], value: Any, argument: str = ""
+) -> widgets.SelectionSlider:
+    """A slider over ``options`` (values or ``(label, value)`` pairs) that reports only when released; a bad
+    ``value`` raises as in ``toggle_buttons``."""
+    _check_choice(argument or description, value, options)
+    return widgets.SelectionSlider(options=list(options), value=value, description=description, continuous_update=False)
 
 
 class Explorer(widgets.VBox):
@@ -83,7 +133,7 @@ class Explorer(widgets.VBox):
         self.controls: dict[str, widgets.Widget] = {name: getattr(self, name) for name in controls}
         self.image = widgets.Image(format="png", layout=widgets.Layout(max_width="100%"))
         self.message = widgets.HTML()
-        self._pngs: dict[Hashable, bytes] = {}
+        self._pngs: dict[Hashable, tuple[bytes, str]] = {}  # per setting: the PNG and its css_width
         self.children = [*rows, self.image, self.message]
 
     def show_figure(self, key: Hashable, make: Callable[[], Figure] | None) -> None:
@@ -93,9 +143,13 @@ class Explorer(widgets.VBox):
             self.image.layout.display = "none"
             return
         if key not in self._pngs:
-            self._pngs[key] = png_bytes(make())
-        self.image.value = self._pngs[key]
-        self.image.layout.display = None
+            fig = make()
+            self._pngs[key] = png_bytes(fig), css_width(fig)
+        show_png(self.image, *self._pngs[key])
+
+    def clear_results(self) -> None:
+        """Hide what the last good setting showed; ``reports_errors`` calls it when a callback fails."""
+        self.show_figure(None, None)
 
     def settings(self) -> dict[str, Any]:
         """The value controls' current values, by name without the ``_slider`` / ``_toggle`` suffix."""

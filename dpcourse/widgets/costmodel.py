@@ -10,7 +10,7 @@ from dpcourse import costmodel
 from dpcourse.costmodel import EXAMPLE, PRESETS, Hardware, Speedup, Workload
 from dpcourse.viz import plot_speedup
 
-from ._base import Explorer, paragraph, reports_errors, table
+from ._base import Explorer, paragraph, reports_errors, selection_slider, table, toggle_buttons
 
 BATCHES = (32, 64, 128, 256, 512, 1024)
 PARAMS = (("1M", 1_000_000), ("5M", 5_000_000), ("25.6M", 25_600_000), ("100M", 100_000_000), ("400M", 400_000_000))
@@ -83,20 +83,12 @@ class CostModelCalculator(Explorer):
     def __init__(
         self, preset: str = "8 GPUs, PCIe", batch: int = 256, params: int = 25_600_000, bandwidth: int | None = None
     ) -> None:
-        self.preset_toggle = widgets.ToggleButtons(
-            options=list(PRESETS), value=preset, description="machine", style={"button_width": "auto"}
-        )
-        self.batch_slider = widgets.SelectionSlider(
-            options=BATCHES, value=batch, description="batch", continuous_update=False
-        )
-        self.params_slider = widgets.SelectionSlider(
-            options=PARAMS, value=params, description="parameters", continuous_update=False
-        )
-        self.bandwidth_slider = widgets.SelectionSlider(
-            options=[(f"{gbps} GB/s", gbps) for gbps in BANDWIDTHS],
-            value=bandwidth or preset_bandwidth(preset),
-            description="link",
-            continuous_update=False,
+        self.preset_toggle = toggle_buttons("machine", list(PRESETS), preset, "preset")
+        self.batch_slider = selection_slider("batch", BATCHES, batch)
+        self.params_slider = selection_slider("parameters", PARAMS, params, "params")
+        bandwidths = [(f"{gbps} GB/s", gbps) for gbps in BANDWIDTHS]
+        self.bandwidth_slider = selection_slider(  # the preset's own link unless one is given
+            "link", bandwidths, preset_bandwidth(preset) if bandwidth is None else bandwidth, "bandwidth"
         )
         self.summary = widgets.HTML()
         self.terms_table = widgets.HTML()
@@ -127,6 +119,11 @@ class CostModelCalculator(Explorer):
     def _value_changed(self, _change: object = None) -> None:
         if not self._loading_preset:
             self._refresh()
+
+    def clear_results(self) -> None:
+        """After an error: no figure, summary or table of the previous setting stays beside the message."""
+        super().clear_results()
+        self.summary.value = self.terms_table.value = ""
 
     def _refresh(self) -> None:
         setting = tuple(self.settings().values())

@@ -5,7 +5,7 @@ from matplotlib.figure import Figure
 
 from dpcourse import viz
 
-from ._base import Explorer, int_slider, paragraph, reports_errors
+from ._base import Explorer, int_slider, paragraph, reports_errors, toggle_buttons
 
 # The three ways to reduce the per-sample losses; each is compared with one device reducing the same way.
 REDUCTIONS = (
@@ -68,9 +68,7 @@ class GradientSum(Explorer):
     """
 
     def __init__(self, reduction: str = "mean", batch: int = 10, devices: int = 4) -> None:
-        self.reduction_toggle = widgets.ToggleButtons(
-            options=REDUCTIONS, value=reduction, description="loss", style={"button_width": "auto"}
-        )
+        self.reduction_toggle = toggle_buttons("loss", REDUCTIONS, reduction, "reduction")
         self.batch_slider = int_slider("batch", batch, 1, 32)
         self.devices_slider = int_slider("devices", devices, 1, 8)
         self.summary = widgets.HTML()

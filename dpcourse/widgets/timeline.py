@@ -7,20 +7,31 @@ import ipywidgets as widgets
 from dpcourse import viz
 from dpcourse.viz.palette import new_figure
 
-from ._base import Explorer, int_slider, paragraph, png_bytes, reports_errors
+from ._base import (
+    Explorer,
+    css_width,
+    int_slider,
+    paragraph,
+    png_bytes,
+    reports_errors,
+    selection_slider,
+    show_png,
+    toggle_buttons,
+)
 from .timing import MODELS, describe, stage_totals, trace_steps
 
 BATCHES = (16, 64, 256)
 
 
 @functools.cache
-def placeholder_png() -> bytes:
-    """The empty plot shown until Run is pressed: nothing is timed, so a notebook's stored output never varies."""
+def placeholder_png() -> tuple[bytes, str]:
+    """The empty plot shown until Run is pressed (PNG, css_width): nothing is timed, so a notebook's stored
+    output never varies."""
     fig = new_figure(height=1.5)
     ax = fig.subplots()
     ax.text(0.5, 0.5, "No steps traced yet: choose the settings, then press Run.", ha="center", va="center")
     ax.set_axis_off()
-    return png_bytes(fig)
+    return png_bytes(fig), css_width(fig)
 
 
 class Timeline(Explorer):
@@ -35,12 +46,8 @@ class Timeline(Explorer):
     """
 
     def __init__(self, model: str = "small", batch: int = 64, devices: int = 2, steps: int = 3) -> None:
-        self.model_toggle = widgets.ToggleButtons(
-            options=list(MODELS), value=model, description="model", style={"button_width": "auto"}
-        )
-        self.batch_slider = widgets.SelectionSlider(
-            options=BATCHES, value=batch, description="batch", continuous_update=False
-        )
+        self.model_toggle = toggle_buttons("model", list(MODELS), model)
+        self.batch_slider = selection_slider("batch", BATCHES, batch)
         self.devices_slider = int_slider("devices", devices, 1, 8)
         self.steps_slider = int_slider("steps", steps, 1, 10)
         self.run_button = widgets.Button(description="Run", icon="play", button_style="primary")
@@ -70,7 +77,7 @@ class Timeline(Explorer):
     def _clear(self, _change: object = None) -> None:
         self.status.value = paragraph(f"{self._describe_settings()}: press Run to measure.")
         self.totals.value = ""
-        self.image.value = placeholder_png()
+        show_png(self.image, *placeholder_png())
 
     @reports_errors
     def _run(self, _button: widgets.Button) -> None:
@@ -82,6 +89,7 @@ class Timeline(Explorer):
             self.status.value = paragraph(f"{self._describe_settings()}: the run failed, see below.")
             raise  # reports_errors shows it in the message area
         median = sorted(measured, key=lambda timed: timed.seconds)[len(measured) // 2]
-        self.image.value = png_bytes(viz.timeline(median.trace))
+        figure = viz.timeline(median.trace)
+        show_png(self.image, png_bytes(figure), css_width(figure))
         self.totals.value = describe(stage_totals(measured), steps)
         self.status.value = paragraph(f"{self._describe_settings()}: measured.")

@@ -45,7 +45,7 @@ output = dp(x)
 per_chunk = [model(chunk) for chunk in x.chunk(4)]
 print("replica outputs:", [list(o.shape) for o in per_chunk], "-> gathered:", list(output.shape))
 print("equal to torch.cat of the per-chunk outputs:", torch.equal(output, torch.cat(per_chunk)))
-viz.gather_view([3, 3, 3, 1])
+viz.gather_view([3, 3, 3, 1], features=output.shape[1])
 
 # %% [markdown]
 # Gather returns whatever `forward` returned, and nothing more: DataParallel never sees the labels, computes

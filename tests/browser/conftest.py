@@ -38,7 +38,7 @@ def browser(chromium: Path) -> Iterator["Browser"]:
     try:
         from playwright.sync_api import sync_playwright
     except ImportError:
-        pytest.fail("the browser tests need Playwright for Python: pip install -r requirements.txt", pytrace=False)
+        pytest.fail('the browser tests need Playwright for Python: pip install -e ".[test]"', pytrace=False)
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=str(chromium), args=CHROMIUM_ARGS)
         try:

@@ -93,3 +93,10 @@ def test_plot_speedup_draws_both_curves_and_marks_where_dp_peaks():
     assert any("DP is fastest on" in text.get_text() for text in axes.texts)
     tiny = plot_speedup("laptop CPU", TINY).axes[0]
     assert "DP slower than one device" in tiny.get_legend_handles_labels()[1]
+
+
+def test_every_preset_names_its_sources() -> None:
+    for name, hardware in PRESETS.items():
+        assert hardware.sources, f"preset {name!r} does not say where its numbers come from"
+        if "GPU" in name:  # published specifications and assumptions, never presented as measured
+            assert "datasheet" in hardware.sources and "assumed" in hardware.sources, name

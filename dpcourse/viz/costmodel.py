@@ -34,9 +34,10 @@ def plot_speedup(preset: str | Hardware, workload: Workload = EXAMPLE, max_devic
     axes.annotate(f"DP is fastest on {best} device{'s' * (best > 1)}: {max(curve.dp):.2f}x",
                   (best, max(curve.dp)), xytext=(-6 if left else 6, 10), textcoords="offset points",
                   ha="right" if left else "left")
-    axes.set(xlabel="devices n", ylabel="speed-up over one device  (T_1 / T_n)", xticks=n,
+    axes.set(xlabel="devices n", ylabel="predicted speed-up over one device  (T_1 / T_n)", xticks=n,
              xlim=(0.5, n[-1] + 0.5), ylim=(0, max(max(curve.ddp), max(curve.dp)) * 1.25))
     w = workload
-    axes.set_title(f"{curve.hardware.name}: {w.params:,} parameters, {w.modules} modules, batch {w.batch}")
+    axes.set_title(f"Predicted by the cost model, {curve.hardware.name}: {w.params:,} parameters, {w.modules} "
+                   f"modules, batch {w.batch}", fontsize="medium")
     axes.legend(loc="best", fontsize="small")
     return figure

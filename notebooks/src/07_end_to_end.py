@@ -42,9 +42,9 @@ print("oracle,       loss every 5th step:", [round(v, 4) for v in oracle_losses[
 print(f"after 20 steps: max |weight difference| = {examples.max_weight_difference(model, oracle):.0e}")
 
 # %% [markdown]
-# The two runs stay together to float rounding (the last line prints the largest difference), momentum and all. The optimizer updates
-# `dp.parameters()`, and those are your model's own parameters: DataParallel registers the model as its
-# submodule and owns no other parameters.
+# The two runs stay together to float rounding (the last line prints the largest difference), momentum and
+# all. The optimizer updates `dp.parameters()`, and those are your model's own parameters: DataParallel
+# registers the model as its submodule and owns no other parameters.
 
 # %%
 print("dp.parameters() are the model's parameters:",

@@ -2,8 +2,10 @@
 
 ``formula("dp")`` and ``formula("ddp")`` give the model as text; ``step_time(kind, n, workload, hardware)``
 returns every term separately (a widget can stack them); ``predict_speedup(preset)`` gives the speed-up over
-one device for n = 1..8. ``PRESETS`` are rough guesses for common machines; ``calibrate()`` measures *this*
-machine's terms from DataParallel steps on CPU devices. ``dpcourse.viz.plot_speedup`` draws the curves.
+one device for n = 1..8. ``PRESETS`` are rough numbers for common machines, each with its sources
+(``Hardware.sources``); ``calibrate()`` measures *this* machine's terms from DataParallel steps on CPU devices.
+``dpcourse.viz.plot_speedup`` draws the curves. The GPU presets come from published specifications and assumed
+orders of magnitude, not from a GPU measurement: what they give is a prediction of the cost model.
 
 A teaching model: each term is one line of the formula, not a simulation. It ignores memory limits, kernel
 fusion, uneven chunks and GPU scheduling. Its job is to show which term grows with what.
@@ -110,7 +112,8 @@ class Hardware:
     """One machine's terms, named as in ``SYMBOLS``.
 
     ``pipelined``: DP's N-1 copies cost one (NCCL). ``asynchronous``: Python queues the work and runs ahead
-    of the device (GPUs), instead of waiting for every operation (CPUs).
+    of the device (GPUs), instead of waiting for every operation (CPUs). ``sources``: where each number comes
+    from, and which ones are assumptions.
     """
 
     name: str
@@ -126,6 +129,22 @@ class Hardware:
     ddp_overhead: float
     pipelined: bool
     asynchronous: bool
+    sources: str = ""
+
+
+# Where the presets' numbers come from. None of them was measured on a GPU for this course.
+_GPU = ("F = 15 TFLOP/s fp32: assumed achievable, about 3/4 of the 19.5 TFLOP/s peak in NVIDIA's A100 "
+        "datasheet; mu = 1.5 TB/s: the A100 40GB's HBM2 bandwidth, 1,555 GB/s (same datasheet)")
+_OVERHEADS = ("o, r, h, h_dp, h_ddp and the per-transfer latency alpha: assumed orders of magnitude (tens of "
+              "microseconds per module call or transfer), not measured on a GPU")
+_SOURCES = {
+    "laptop CPU": "every term fitted by calibrate() on one core of this course's 2-core VM, then rounded",
+    "one GPU": f"{_GPU}; beta = 500 GB/s: assumed, a copy within one GPU's memory; {_OVERHEADS}",
+    "8 GPUs, PCIe": (f"{_GPU}; beta = 12 GB/s: assumed achievable, about 3/4 of PCIe 3.0 x16's 15.75 GB/s per "
+                     f"direction (PCI-SIG PCIe 3.0: 8 GT/s per lane, 128b/130b encoding); {_OVERHEADS}"),
+    "8 GPUs, NVLink": (f"{_GPU}; beta = 150 GB/s: assumed achievable by NCCL, half of the 300 GB/s per "
+                       f"direction that the A100 datasheet's 600 GB/s NVLink total gives; {_OVERHEADS}"),
+}
 
     def __post_init__(self) -> None:
         _whole(self, "compute_units", 1)
@@ -140,11 +159,10 @@ def _preset(name: str, flops: float, memory: float, units: int, link: float, lat
     gpu = "GPU" in name
     return Hardware(name, flops, memory, units, link, latency, module_time=3e-5 if gpu else 2.5e-5,
                     replicate_time=1.5e-5, step_overhead=5e-5, dp_overhead=3e-4, ddp_overhead=1e-4,
-                    pipelined=pipelined, asynchronous=gpu)
+                    pipelined=pipelined, asynchronous=gpu, sources=_SOURCES[name])
 
 
-# Orders of magnitude, not benchmarks. The CPU's are one core of this course's VM, calibrated; the GPUs'
-# are achieved fp32 FLOP/s and HBM bandwidth of a data-centre GPU, PCIe 3 x16 and NVLink 3 as NCCL sees them.
+# Orders of magnitude, not benchmarks: ``Hardware.sources`` says where each preset's numbers come from.
 PRESETS = {
     "laptop CPU": _preset("laptop CPU", 9e10, 2.5e10, 1, 4e9, 2e-6, pipelined=False),
     "one GPU": _preset("one GPU", 1.5e13, 1.5e12, 1, 5e11, 1e-5, pipelined=False),
@@ -357,7 +375,8 @@ def calibrate(sizes: Sequence[tuple[int, int]] = ((32, 10), (768, 3)), batches: 
     hardware = Hardware("this machine, one core (calibrated)", 1 / per_flop if per_flop else math.inf,
                         1 / per_byte_read if per_byte_read else math.inf, 1, math.inf, 0.0, module_time,
                         replicate_time, step_overhead, 0.0, PRESETS["laptop CPU"].ddp_overhead, pipelined=False,
-                        asynchronous=False)
+                        asynchronous=False, sources="fitted by calibrate() on this machine; ddp_overhead from the "
+                        "laptop CPU preset")
     rest = [t - sum(step_time("dp", s.devices, s.workload(), hardware).values())
             for s, t in zip(fitted, step_seconds[: len(fitted)], strict=True)]
     rows = _rows(fitted, lambda n, w, b: [2 * (n - 1) * w.params * w.bytes_per_param, 2 * n, 1])

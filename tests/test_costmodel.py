@@ -141,3 +141,10 @@ def test_max_devices_must_be_at_least_one(max_devices):
     with pytest.raises(ValueError, match="max_devices must be a whole number >= 1"):
         plot_speedup("one GPU", max_devices=max_devices)
     assert predict_speedup("one GPU", max_devices=1).devices == [1]
+
+
+def test_every_preset_names_its_sources() -> None:
+    for name, hardware in PRESETS.items():
+        assert hardware.sources, f"preset {name!r} does not say where its numbers come from"
+        if "GPU" in name:  # published specifications and assumptions, never presented as measured
+            assert "datasheet" in hardware.sources and "assumed" in hardware.sources, name

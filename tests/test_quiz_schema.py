@@ -20,7 +20,11 @@ VALID = {
     "answer": "3, 3, 3, 1",
     "explanation": "torch.chunk.",
     "experiment": "ten_rows_on_four_devices",
-    "sources": ["003-4", "torch/nn/parallel/_functions.py: Scatter.forward", "pytorch/pytorch#15161"],
+    "sources": [
+        "article: DataParallel basics in PyTorch - Deep Dive",
+        "torch/nn/parallel/_functions.py: Scatter.forward",
+        "pytorch/pytorch#15161",
+    ],
 }
 
 
@@ -57,8 +61,9 @@ MALFORMED = {
     "one option": (changed(options=["3"], answer="3"), "needs 'options': a list of two or more"),
     "repeated option": (changed(options=["a", "a"], answer="a"), "'options' has the same text twice"),
     "unknown experiment": (changed(experiment="nope"), "unknown experiment 'nope'"),
-    "seed claim out of range": (changed(sources=["001-99"]), "unknown seed claim id '001-99'"),
-    "unknown seed": (changed(sources=["007-1"]), "unknown seed claim id '007-1'"),
+    "audit claim id": (changed(sources=["001-8"]), "source '001-8' is an audit claim id"),
+    "audit seed id": (changed(sources=["S000-1"]), "source 'S000-1' is an audit claim id"),
+    "unknown article": (changed(sources=["article: Some blog"]), "unknown article 'Some blog'"),
     "unknown source format": (changed(sources=["the docs"]), "source 'the docs' has an unknown format"),
     "no sources": (changed(sources=[]), "'sources' must be a non-empty list"),
     "unknown kind": (changed(kind="essay"), "kind 'essay' is not one of"),

@@ -215,15 +215,24 @@ class Peek(nn.Module):
 
 @experiment
 def parameters_empty_in_replica() -> Outcome:
-    """Inside a replica's forward ``self.parameters()`` yields nothing, so ``next(self.parameters())`` fails."""
+    """In grad mode a replica's ``self.parameters()`` yields nothing, so ``next(self.parameters())`` fails.
+
+    Under ``torch.no_grad()`` replicate copies without autograd and replica 0 gets the original Parameters.
+    """
     model = Peek()
     data_parallel(model, 1)(seeded(4, 2))
     error = error_of(lambda: data_parallel(model, 2)(seeded(4, 2)))
     one_device, replicas = model.seen[0], model.seen[1:]
+    model.seen.clear()
+    with torch.no_grad():
+        no_grad_error = error_of(lambda: data_parallel(model, 2)(seeded(4, 2)))
     text = (
         "len(list(self.parameters())) inside forward:\n"
-        f"  1 device  (the module itself): {one_device}\n  2 devices (each replica)      : {replicas}\n"
-        f"so next(self.parameters()) on 2 devices -> {headline(error)}"
+        f"  1 device  (the module itself)       : {one_device}\n"
+        f"  2 devices, grad mode (each replica) : {replicas}\n"
+        f"so next(self.parameters()) on 2 devices -> {headline(error)}\n"
+        f"  2 devices under torch.no_grad()     : {sorted(model.seen, reverse=True)}  (replica 0 holds the originals)\n"
+        f"  and next(self.parameters()) there   -> {headline(no_grad_error)}"
     )
     return Outcome(text, max(replicas))
 

@@ -73,8 +73,10 @@ class MatmulLayer(nn.Module):
     def __init__(self) -> None:
         super().__init__()
         self.weight = nn.Parameter(torch.randn(3, 2))
+        self.moved_is_same: list[bool] = []
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.moved_is_same.append(self.weight.to(x.device) is self.weight)
         return torch.matmul(x, self.weight)
 
 
@@ -85,11 +87,13 @@ def custom_parameter_replicated() -> Outcome:
     model(x).pow(2).mean().backward()
     single = model.weight.grad.clone()
     model.weight.grad = None
+    model.moved_is_same.clear()
     data_parallel(model, 2)(x).pow(2).mean().backward()
     same = torch.allclose(model.weight.grad, single, atol=1e-6)
     text = (
         f"weight gradient, one device: {rounded(single)}\n"
-        f"2 devices:                   {rounded(model.weight.grad)}\nequal: {same}"
+        f"2 devices:                   {rounded(model.weight.grad)}\nequal: {same}\n"
+        f"in each replica, self.weight.to(x.device) is self.weight: {model.moved_is_same}  (nothing to move)"
     )
     value = only_true(
         {

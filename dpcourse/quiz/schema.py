@@ -10,7 +10,7 @@ Each question is a ``[[question]]`` table::
     answer = "3, 3, 3, 1"             # see below
     explanation = "`torch.chunk` makes chunks of ceil(10 / 4) = 3 rows ..."
     experiment = "ten_rows_on_four_devices"  # a function registered in dpcourse.quiz.experiments*
-    sources = ["003-4", "torch/nn/parallel/scatter_gather.py: scatter", "pytorch/pytorch#15161"]
+    sources = ["article: DataParallel basics in PyTorch - Deep Dive", "torch/nn/parallel/scatter_gather.py: scatter"]
 
 ``prompt`` and ``explanation`` are plain text: a blank line starts a paragraph, `backticks` mark code and
 *stars* emphasis (``widget.markup``). The three kinds, and what ``answer`` holds:
@@ -24,7 +24,9 @@ Each question is a ``[[question]]`` table::
 
 ``sources`` cites where the fact comes from, each entry in one of these forms:
 
-* a seed claim id of ``reference/seed_claims_audit.md``: ``"001-7"`` (seed 000-003, claim number in range);
+* one of the four articles the course audits, by its title: ``"article: Why is training not starting with
+  nn.DataParallel?"`` (``SEED_ARTICLES``). The audit's claim ids (``"001-7"``) are refused: they are
+  bookkeeping for ``docs/seed_coverage.md`` and mean nothing to a learner;
 * torch source: ``"torch/nn/parallel/_functions.py: Broadcast.backward"`` (path, optionally ``": name"``);
 * a GitHub issue or pull request: ``"pytorch/pytorch#1051"``;
 * a documentation page: ``"https://docs.pytorch.org/..."``.
@@ -47,9 +49,15 @@ KINDS = ("choice", "number", "shape")
 REQUIRED = ("id", "kind", "prompt", "answer", "explanation", "experiment", "sources")
 OPTIONAL = {"options": "choice", "tolerance": "number"}  # field -> the only kind that may use it
 
-# How many claims each seed text has in seed_claims_audit.md (sections 1-4).
-SEED_CLAIMS = {"000": 18, "001": 25, "002": 18, "003": 24}
-_SEED_CLAIM = re.compile(r"^(\d{3})-(\d+)$")
+# The four articles about DataParallel that the course audits, by title (docs/seed_coverage.md maps their claims).
+SEED_ARTICLES = (
+    "How can PyTorch DataParallel be used with a custom model?",
+    "Why is training not starting with nn.DataParallel?",
+    "Pytorch Advanced Part-1 DataParallel",
+    "DataParallel basics in PyTorch - Deep Dive",
+)
+ARTICLE = "article: "
+_SEED_CLAIM = re.compile(r"^S?\d{3}-\d+$")
 _TORCH_SOURCE = re.compile(r"^torch/[\w/]+\.(py|cpp|h)(: \S.*)?$")
 _GITHUB_ISSUE = re.compile(r"^[\w.-]+/[\w.-]+#\d+$")
 _DOCS_PAGE = re.compile(r"^https://\S+$")
@@ -164,17 +172,17 @@ def _check_sources(sources: Any) -> list[str]:
 def _source_problem(source: Any) -> str | None:
     if not isinstance(source, str):
         return f"source {source!r} must be a string"
-    seed = _SEED_CLAIM.match(source)
-    if seed:
-        count = SEED_CLAIMS.get(seed.group(1))
-        if count is None or not 1 <= int(seed.group(2)) <= count:
-            ranges = ", ".join(f"{seed}-1..{seed}-{count}" for seed, count in SEED_CLAIMS.items())
-            return f"unknown seed claim id {source!r}: the audit's claims are {ranges}"
-        return None
+    if _SEED_CLAIM.match(source):
+        return (f"source {source!r} is an audit claim id, which learners cannot look up; cite the article by its "
+                f"title instead, e.g. '{ARTICLE}{SEED_ARTICLES[1]}'")
+    if source.startswith(ARTICLE):
+        title = source.removeprefix(ARTICLE)
+        known = title in SEED_ARTICLES
+        return None if known else f"unknown article {title!r}; the audited ones are {list(SEED_ARTICLES)}"
     if any(pattern.match(source) for pattern in (_TORCH_SOURCE, _GITHUB_ISSUE, _DOCS_PAGE)):
         return None
     return (
-        f"source {source!r} has an unknown format; use a seed claim id ('001-7'), a torch source "
+        f"source {source!r} has an unknown format; use an article ('{ARTICLE}<title>'), a torch source "
         f"('torch/nn/parallel/_functions.py: Broadcast.backward'), an issue ('pytorch/pytorch#1051') or an https:// URL"
     )
 

@@ -18,7 +18,7 @@ from dpcourse.widgets._base import css_width, png_bytes, show_png
 from .bank import find_question, load_lesson
 from .outcome import Outcome, run_experiment
 from .progress import Progress
-from .schema import Question
+from .schema import ARTICLE, Question
 
 PLACEHOLDERS = {"number": "a number, e.g. 3 or 0.25", "shape": "a shape, e.g. (4,) or [2, 3]"}
 _ISSUE = re.compile(r"^([\w.-]+/[\w.-]+)#(\d+)$")
@@ -44,6 +44,8 @@ def _source_html(source: str) -> str:
     issue = _ISSUE.match(source)
     if issue:
         return f'<a href="https://github.com/{issue[1]}/issues/{issue[2]}" target="_blank">{source}</a>'
+    if source.startswith(ARTICLE):
+        return f"the article “{html.escape(source.removeprefix(ARTICLE))}”"
     if source.startswith("https://"):
         return f'<a href="{html.escape(source)}" target="_blank">{html.escape(source)}</a>'
     return f"<code>{html.escape(source)}</code>"

@@ -32,9 +32,10 @@ def plot_speedup(preset: str | Hardware, workload: Workload = EXAMPLE, max_devic
     # Said in the legend, which "best" places clear of the curves: a label at the peak ran over them.
     axes.axvline(best, color=DP_COLOR, linewidth=1,
                  label=f"DP is fastest on {best} device{'s' * (best > 1)}: {max(curve.dp):.2f}x")
-    axes.set(xlabel="devices n", ylabel="speed-up over one device  (T_1 / T_n)", xticks=n,
+    axes.set(xlabel="devices n", ylabel="predicted speed-up over one device  (T_1 / T_n)", xticks=n,
              xlim=(0.5, n[-1] + 0.5), ylim=(0, max(max(curve.ddp), max(curve.dp)) * 1.25))
     w = workload
-    axes.set_title(f"{curve.hardware.name}: {w.params:,} parameters, {w.modules} modules, batch {w.batch}")
+    axes.set_title(f"Predicted by the cost model, {curve.hardware.name}: {w.params:,} parameters, {w.modules} "
+                   f"modules, batch {w.batch}", fontsize="medium")
     axes.legend(loc="best", fontsize="small")
     return figure

@@ -30,9 +30,11 @@ from dpcourse import examples, quiz, widgets
 # The same docstring carries a warning: "It is recommended to use DistributedDataParallel, instead of this
 # class, to do multi-GPU training, even if there is only a single node." The DDP tutorial
 # (pytorch/tutorials, `intermediate_source/ddp_tutorial.rst`) gives the reasons: DataParallel is "usually
-# slower than DDP even on a single machine due to GIL contention across threads, per-iteration replicated
-# model, and additional overhead introduced by scattering inputs and gathering outputs". Lessons 09 and 10
-# measure them. This course still starts with DataParallel because its four steps are the clearest picture of
+# slower than DDP even on a single machine due to [GIL](#Glossary) contention across threads, per-iteration
+# replicated model, and additional overhead introduced by scattering inputs and gathering outputs". Lesson 09
+# shows each of these costs on CPU devices, counting bytes and objects and timing dpcourse's steps, and
+# lesson 10 puts them into a cost model of one training step under DataParallel and under DDP, whose GPU
+# curves are predictions from published hardware numbers, not measurements. This course still starts with DataParallel because its four steps are the clearest picture of
 # data parallelism there is: one process, one function call, and you can stop after each step and look at
 # every chunk, copy and gradient. DDP does the same arithmetic, spread over processes (lesson 10).
 
@@ -148,6 +150,8 @@ print("dpcourse.devices(3):           ", dpcourse.devices(3))
 #   dpcourse and measures the answer.
 # - **Exercises** end every lesson. Their solution cells are collapsed (click the cell's bar or its `…` to open
 #   one); try first, then run the check cell below it.
+# - **Terms** such as [GIL](#Glossary), [NCCL](#Glossary) or [all-reduce](#Glossary) are defined in the
+#   Glossary at the end of this page; every lesson links there where it first uses one.
 # - **Your answers are saved** in `~/.dpcourse/progress.json` (or the file named by the environment variable
 #   `DPCOURSE_PROGRESS`), outside the repository. Nothing is written until you submit an answer: opening or
 #   running a lesson writes nothing. See it on a scratch file:
@@ -171,6 +175,17 @@ with tempfile.TemporaryDirectory() as folder:
 
 # %% tags=["nbval-ignore-output"]
 quiz.ProgressSummary()
+
+# %% [markdown]
+# ## Glossary
+# | term | what it means here |
+# |---|---|
+# | **GIL** | CPython's *global interpreter lock*: in one process, only the thread holding it runs Python code. A thread lets go when it waits, when it calls C code that releases the lock (most torch operations do while they compute), and otherwise after a switch interval (`sys.getswitchinterval()`), so threads overlap only in such C code. DataParallel's replicas are threads of one process (lesson 04); DDP's ranks are processes, each with its own GIL (lesson 10). |
+# | **NCCL** | NVIDIA's *Collective Communications Library* ("nickel"): broadcast, reduce, all-reduce and more between GPUs, over NVLink, PCIe or the network. torch's DataParallel uses it to broadcast the parameters and reduce the gradients when every device is a separate GPU, and DDP uses it as the process-group backend for GPUs. It splits a transfer into pieces and passes them along a chain or ring of GPUs, so all links work at once. |
+# | **P2P** | *peer-to-peer*: one GPU reading or writing another GPU's memory directly, over PCIe or NVLink, without a stop in host memory. NCCL uses it where the hardware allows; `NCCL_P2P_DISABLE=1` turns it off, a known workaround for machines where it hangs. |
+# | **all-reduce** | a collective operation: every participant puts in a tensor, and every participant gets back the same combination of all of them, usually the sum. DDP all-reduces gradients (lesson 10). A *reduce* sends the result to one participant only: that is what DataParallel's reduce-add does, onto `devices[0]`. |
+# | **coalesced** | many small tensors packed into one flat buffer, so that they travel in one transfer instead of many, and unpacked on arrival: `broadcast_coalesced` and `reduce_add_coalesced` in DataParallel, gradient buckets in DDP. |
+# | **version counter** | a number each tensor carries (shared with its views) that every in-place operation increases. Autograd notes it when it saves a tensor for backward and raises "one of the variables needed for gradient computation has been modified by an inplace operation" if it changed. Replicas 1, 2, … get fresh tensors with their own counters. |
 
 # %% [markdown]
 # ## Summary

@@ -53,7 +53,7 @@ print(f"max |grad difference| vs the oracle: {examples.max_grad_difference(model
 # ## Which devices do you have?
 # `dpcourse.devices(n)` returns n devices for n replicas: n GPUs if there are that many, replicas sharing
 # the GPUs round-robin if there are fewer, and n CPU "devices" if there is no GPU. The stored output below
-# was made on a laptop-class CPU, so it shows CPU devices.
+# was made on a machine without a GPU, so it shows CPU devices; yours shows what your machine has.
 
 # %% tags=["nbval-ignore-output"]
 print("GPUs visible:", torch.cuda.device_count())

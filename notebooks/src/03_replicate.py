@@ -2,7 +2,7 @@
 # # 03 · Replicate: one copy of the model per device, every step
 #
 # **After this lesson you will be able to explain**
-# - why a replica is a *shallow* copy, and why `replica.parameters()` is empty;
+# - why a replica is a *shallow* copy, and why `replica.parameters()` is empty in training;
 # - which tensors replica 0 shares with your model, and which the other replicas copy;
 # - why `self.counter += 1` in `forward` is lost, while `self.log.append(...)` is not;
 # - where BatchNorm's running statistics come from under DataParallel.
@@ -31,9 +31,10 @@ viz.replicate_map(model, devices)
 
 # %% [markdown]
 # ## Parameters become non-leaf copies
-# The copies come out of `Broadcast`, an autograd Function, so each is the *result of a computation*
-# (`grad_fn` set), not a leaf `Parameter`. Module's `__setattr__` only registers `Parameter`s, so the copies
-# are stored as plain attributes and **`replica.parameters()` is empty**. Predict:
+# In training, with grad mode on (the default), the copies come out of `Broadcast`, an autograd Function, so
+# each is the *result of a computation* (`grad_fn` set), not a leaf `Parameter`. Module's `__setattr__` only
+# registers `Parameter`s, so the copies are stored as plain attributes and **`replica.parameters()` is
+# empty**. Predict:
 
 # %%
 quiz.ask("03-parameters-empty")
@@ -44,8 +45,20 @@ print("replica.parameters():", list(r1.parameters()))
 print("replica.fc.weight is a leaf:", r1.fc.weight.is_leaf, "| grad_fn:", type(r1.fc.weight.grad_fn).__name__)
 
 # %% [markdown]
+# Under `torch.no_grad()`, as in evaluation, DataParallel replicates without autograd
+# (`DataParallel.replicate` passes `detach=not torch.is_grad_enabled()`), and the first device then gets
+# your model's own tensors back: replica 0 holds the original `Parameter`s, registered as parameters again,
+# while the other replicas still hold plain copies:
+
+# %%
+with torch.no_grad():
+    detached = dpcourse.DataParallel(model, devices=devices).replicate(model, devices)
+print("under no_grad, parameters per replica:", [len(list(r.parameters())) for r in detached])
+print("replica 0's weight is the original Parameter:", detached[0].fc.weight is model.fc.weight)
+
+# %% [markdown]
 # So code that calls `next(self.parameters())` inside `forward` (for example to find the device) fails under
-# DataParallel with `StopIteration: Caught StopIteration in replica 0 on device 0` (pytorch/pytorch#40457,
+# DataParallel in training with `StopIteration: Caught StopIteration in replica 0 on device 0` (pytorch/pytorch#40457,
 # #49828). This changed in torch 1.5 (PR #33907); use the input's device instead.
 
 # %% [markdown]
@@ -138,7 +151,8 @@ print("bytes copied per replicate:", t.steps("replicate")[0].bytes_copied)
 # %% [markdown]
 # ## Summary
 # - A replica is a shallow copy: same plain attributes, parameters swapped for non-leaf copies on its device.
-# - `replica.parameters()` is empty; replica 0 shares your model's parameter memory and buffers.
+# - In training `replica.parameters()` is empty (under `no_grad`, replica 0 holds the originals); replica 0
+#   shares your model's parameter memory and buffers.
 # - Rebinding an attribute in `forward` is lost with 2+ devices; in-place buffer updates by replica 0 persist.
 # - BatchNorm: per-chunk batch statistics, running statistics from chunk 0 only.
 # - Replication happens on every forward.

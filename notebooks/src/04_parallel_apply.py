@@ -11,7 +11,9 @@
 # `torch/nn/parallel/parallel_apply.py`): call `replicas[i](*inputs[i])` for every i, all at once.
 
 # %%
+import statistics
 import threading
+import time
 
 import torch
 from torch import nn
@@ -73,10 +75,40 @@ print("new thread objects in the next forward:", not {t for t, _ in first_forwar
 # The last line shows what torch's `parallel_apply` does too: every forward starts fresh `threading.Thread`s,
 # one per replica, and joins them all before it returns, so no thread outlives the call. That is what makes a
 # `forward` that itself calls DataParallel work (it just starts threads of its own), and what lets a forward
-# interrupted with Ctrl-C leave nothing stuck behind for the next one; the price is one thread start per replica
-# per forward. One dpcourse addition, since torch never runs replicas on a CPU: CPU replicas share
-# the caller's intra-op threads (`torch.get_num_threads()`) equally, so 2 replicas on 2 cores do not run 4 busy
-# threads.
+# interrupted with Ctrl-C leave nothing stuck behind for the next one. The price is a new thread per replica on
+# every forward, measured in the next cell. One dpcourse addition, since torch never runs replicas on a CPU:
+# CPU replicas share the caller's intra-op threads (`torch.get_num_threads()`) equally, so 2 replicas on 2 cores
+# do not run 4 busy threads.
+#
+# A new thread's first torch operation pays a one-time set-up, and an operation spread over several cores
+# also starts a team of helper threads for that thread; how long this takes depends on the machine and the
+# operation. The cell below measures it for this model's forward: its first call in a new thread, its second
+# call in the same thread, and the median over a few new threads.
+
+# %% tags=["nbval-ignore-output"]
+def first_and_second_call(op, threads=7):
+    """Median milliseconds of ``op``'s first call in a new thread and of its second call there."""
+    first, second = [], []
+
+    def run():
+        for times in (first, second):
+            start = time.perf_counter()
+            op()
+            times.append(time.perf_counter() - start)
+
+    for _ in range(threads):
+        worker = threading.Thread(target=run)
+        worker.start()
+        worker.join()
+    return statistics.median(first) * 1e3, statistics.median(second) * 1e3
+
+
+with torch.no_grad():
+    new_thread, warm_thread = first_and_second_call(lambda: model(x))
+print(f"this model's forward in a new thread: first call {new_thread:.3f} ms, second call {warm_thread:.3f} ms")
+print("the first call paid a set-up the second did not:", new_thread > warm_thread)
+
+# %% [markdown]
 #
 # Inside one replica, the usual PyTorch rule holds: every operand of an operation must be on the replica's
 # device, so a tensor made inside `forward` belongs on `x.device`. The copies *between* devices are
@@ -200,7 +232,8 @@ except ValueError as error:
 #
 # Problems with the data or the model surface like this, at the first forward that meets them. A
 # DataParallel run that never starts and prints nothing is a different problem: such hangs come from the GPU
-# communication layer (peer-to-peer copies, NCCL, drivers), not from DataParallel's handling of the data
+# communication layer ([peer-to-peer](00_start_here.ipynb#Glossary) copies,
+# [NCCL](00_start_here.ipynb#Glossary), drivers), not from DataParallel's handling of the data
 # (pytorch/pytorch#4241, #10681, #52142, where `NCCL_P2P_DISABLE=1` was the workaround).
 #
 # A `KeyError` keeps its type too, and its multi-line message stays readable (a plain `KeyError` would print
@@ -221,8 +254,9 @@ except KeyError as error:
 
 # %% [markdown]
 # The best-known failure of all. Older code often finds the model's device with `next(self.parameters())`.
-# Replicas own no `Parameter`s (lesson 03), so in *every* replica that iterator is empty and `next` raises
-# `StopIteration` (pytorch/pytorch#40457, since torch 1.5):
+# In training, replicas own no `Parameter`s (lesson 03), so in *every* replica that iterator is empty and
+# `next` raises `StopIteration` (pytorch/pytorch#40457, since torch 1.5; under `torch.no_grad()` replica 0
+# holds your model's own Parameters, so there only replicas 1, 2, … fail). In training:
 
 # %%
 class FindsItsDevice(nn.Module):
@@ -246,10 +280,12 @@ except StopIteration as error:
 
 # %% [markdown]
 # ## Threads and the GIL
-# Python threads share one interpreter, and its global lock (the GIL) lets only one thread run Python code
-# at a time. The replicas' `forward` methods therefore take turns for every Python line; what overlaps is
-# the work inside torch operations, which release the GIL while their C++ code runs (and on GPUs the kernels
-# run asynchronously anyway). A model made of many small layers is mostly Python, and gains
+# Python threads share one interpreter, and its global lock (the [GIL](00_start_here.ipynb#Glossary)) lets
+# only one thread run Python code at a time. A thread keeps the lock until it waits, calls C code that
+# releases it, or reaches the interpreter's switch interval (`sys.getswitchinterval()`), when a waiting
+# thread gets its turn. So the replicas' Python code never runs at the same time; what overlaps is the work
+# inside torch operations, which release the GIL while their C++ code runs (and on GPUs the kernels run
+# asynchronously anyway). A model made of many small layers is mostly Python, and gains
 # little or nothing from more replicas: fairseq measured "negative speedup" from DataParallel for this reason
 # (facebookresearch/fairseq#34), and the DDP tutorial names "GIL contention across threads" first among the
 # reasons DataParallel is slower than DistributedDataParallel. Lesson 09 measures it on this machine.
@@ -261,8 +297,8 @@ except StopIteration as error:
 #   but not its dtype.
 # - A failing replica is re-raised in your thread as the same exception type, "Caught X in replica i on
 #   device d." plus the original traceback; the lowest-numbered failure wins.
-# - `next(self.parameters())` inside `forward` raises `StopIteration` under DataParallel: replicas own no
-#   Parameters.
+# - `next(self.parameters())` inside `forward` raises `StopIteration` under DataParallel in training:
+#   replicas own no Parameters (under `no_grad`, replica 0 holds the originals).
 # - The threads overlap only where torch releases the GIL.
 #
 # ## Exercises

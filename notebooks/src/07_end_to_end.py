@@ -27,8 +27,9 @@ x, y = examples.make_batch(10)
 # ## A training loop
 # `examples.train` is an ordinary loop: 20 steps on fresh seeded batches of 10 (zero_grad, forward, loss,
 # backward, step), where the step is `torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)`'s update written
-# out in `dpcourse/examples.py` (a test checks the two agree; torch's optimizer would cost this lesson ~2 s of
-# first-use imports). Give it DataParallel on 3 devices, then the oracle:
+# out in `dpcourse/examples.py` (a test checks the two agree; the first torch optimizer a process creates
+# imports `torch._dynamo`, torch's compiler, which this lesson does not need). Give it DataParallel on 3
+# devices, then the oracle:
 
 # %%
 model = examples.make_model()
@@ -41,9 +42,9 @@ print("oracle,       loss every 5th step:", [round(v, 4) for v in oracle_losses[
 print(f"after 20 steps: max |weight difference| = {examples.max_weight_difference(model, oracle):.0e}")
 
 # %% [markdown]
-# The two runs stay together to float rounding (below 1e-7), momentum and all. The optimizer updates
-# `dp.parameters()`, and those are your model's own parameters: DataParallel registers the model as its
-# submodule and owns no other parameters.
+# The two runs stay together to float rounding (the last line prints the largest difference), momentum and
+# all. The optimizer updates `dp.parameters()`, and those are your model's own parameters: DataParallel
+# registers the model as its submodule and owns no other parameters.
 
 # %%
 print("dp.parameters() are the model's parameters:",
@@ -287,8 +288,9 @@ except TypeError as error:
 # The same "missing argument" was reported for 9 rows on 4 GPUs (pytorch/pytorch#15161, 2018); today the fourth
 # device just sits idle when all arguments are batch tensors (lesson 02). A warning for batches smaller than the
 # GPU count was asked for and declined, because last batches are often small (#9226). The fixes:
-# - `drop_last=True` in the `DataLoader`, so that no epoch ends on a short batch;
-# - a batch size that is a multiple of the number of devices, with at least 2 rows per device for BatchNorm;
+# - a batch size that is a multiple of the number of devices, with at least 2 rows per device for BatchNorm:
+#   the fix when every batch has the unlucky size;
+# - `drop_last=True` in the `DataLoader`, when only the last batch of an epoch is short;
 # - values that are not per sample passed as Python numbers (shared by reference, lesson 02), or given a batch
 #   dimension.
 
@@ -395,7 +397,8 @@ for i, (piece,) in enumerate(dpcourse.scatter((packed,), dpcourse.devices(2))):
 # - Every forward checks that parameters and buffers are on `devices[0]`; wrap first and move after if you like.
 # - Outputs and loss go to `output_device`; gradients always go to `devices[0]`.
 # - Uneven chunks are fine for DataParallel, but not for BatchNorm on 1 row, for per-replica mean losses, or for
-#   non-batch tensor arguments: use `drop_last=True`, batch multiples of the device count, Python numbers.
+#   non-batch tensor arguments: use batch sizes that are multiples of the device count (and `drop_last=True`
+#   for a short last batch), Python numbers for values that are not per sample.
 # - LSTMs: `flatten_parameters()` in forward, `total_length=x.size(1)` when unpacking, state and packing inside.
 #
 # ## Exercises

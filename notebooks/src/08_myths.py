@@ -8,10 +8,16 @@
 # - what the code examples of popular DataParallel articles really do when you run them, and how to fix
 #   the ones that break.
 #
-# The course started from four articles about DataParallel (the "seeds": S000–S003). Every claim in them
-# was checked against torch's source and numbered, e.g. `001-8` is the 8th claim of S001;
-# `docs/seed_coverage.md` lists all 85 and the lesson that settles each. Here the classic wrong ones meet
-# the running code: read the claim, predict, run, correct.
+# The course started from four articles about DataParallel, its "seeds":
+#
+# - "How can PyTorch DataParallel be used with a custom model?"
+# - "Why is training not starting with nn.DataParallel?"
+# - "Pytorch Advanced Part-1 DataParallel" (Rahul Chand)
+# - "DataParallel basics in PyTorch - Deep Dive"
+#
+# Every claim in them was checked against torch's source (`docs/seed_coverage.md` lists all 85 and the
+# lesson that settles each). Here the classic wrong ones meet the running code: read the claim, predict,
+# run, correct. Each is quoted with the article it comes from.
 
 # %%
 import threading
@@ -25,8 +31,9 @@ from dpcourse import examples, quiz
 
 # %% [markdown]
 # ## Myths, run and corrected
-# ### "…making it a form of *model parallelism*" (`001-8`)
-# …and its true companion: DataParallel "doesn't magically increase memory available to each GPU" (`000-9`).
+# ### "…making it a form of *model parallelism*"
+# So says "Why is training not starting with nn.DataParallel?"; its true companion is in "How can PyTorch DataParallel be used with a custom model?": DataParallel "doesn't magically increase memory
+# available to each GPU".
 
 # %%
 quiz.ask("08-not-model-parallel")
@@ -57,7 +64,8 @@ print("parameter bytes held by each replica:", held, "| the whole model:", sum(p
 # tutorial says plainly that "DataParallel does not [work with model parallel] at this time".
 
 # %% [markdown]
-# ### "this padding is not accounted for by `DataParallel`, that expects a completely consistent tensor" (`001-18`)
+# ### "this padding is not accounted for by `DataParallel`, that expects a completely consistent tensor"
+# ("Why is training not starting with nn.DataParallel?")
 
 # %%
 quiz.ask("08-padding-fine")
@@ -79,7 +87,9 @@ for n in (2, 4):
 # which lesson 07 shows.
 
 # %% [markdown]
-# ### "…may actually stall the training loop if the overhead outweighs the parallelization gains" (`001-6`)
+# ### "…may actually stall the training loop if the overhead outweighs the parallelization gains"
+# ("Why is training not starting with nn.DataParallel?")
+#
 # **Predict:** one replica takes 50 ms longer than the other on every step. Does training hang, fail, or
 # finish each step late?
 
@@ -112,8 +122,8 @@ print("same losses as one device:", torch.allclose(torch.tensor(losses), torch.t
 # fixed with `NCCL_P2P_DISABLE=1`).
 
 # %% [markdown]
-# ### "Model weights update as if training on the full batch at once" (`003-9`)
-# True for the running example (lesson 06), but not for layers that look across the batch:
+# ### "Model weights update as if training on the full batch at once"
+# ("DataParallel basics in PyTorch - Deep Dive") True for the running example (lesson 06), but not for layers that look across the batch:
 
 # %%
 quiz.ask("08-batchnorm-running-mean")
@@ -133,29 +143,29 @@ print("running_mean on one device:", one_device.running_mean.item(), "| on 2 dev
 #
 # ### The other classic myths, and where the course corrects them
 #
-# | the claim (seed id) | what really happens | lesson |
+# | the claim (article) | what really happens | lesson |
 # |---|---|---|
-# | "gradients are averaged across GPUs" (`000-4`, `001-10`, `002-14`, `003-8`) | `Broadcast.backward` **sums** them into the original | [06_backward](06_backward.ipynb) |
-# | "gathers the losses … backpropagating a single, averaged loss" (`001-3`) | gather returns what `forward` returned; the loss is your code | [05_gather](05_gather.ipynb) |
-# | a scalar output becomes a vector of length `num_gpus` (`002-9`) | its length is the number of chunks actually used | [05_gather](05_gather.ipynb) |
-# | batches not divisible by the GPU count cause dimension errors (`001-4`) | `torch.chunk` gives [3, 3, 3, 1]; gather works | [02_scatter](02_scatter.ipynb) |
-# | the batch becomes one chunk per GPU, evenly (`003-4`, `003-13`) | at most one per GPU; 6 rows on 4 use 3 | [02_scatter](02_scatter.ipynb) |
-# | passing CPU inputs is wrong (`003-24`) | scatter copies each chunk to its device | [02_scatter](02_scatter.ipynb) |
-# | replicas can drift: "parameter synchronization" issues (`001-9`) | replicas are rebuilt from one master every forward | [03_replicate](03_replicate.ipynb) |
-# | training "fails to start" because of data distribution (`001-1`) | data faults raise at once, naming the replica | [04_parallel_apply](04_parallel_apply.ipynb) |
-# | the model must be on the GPU *before* wrapping (`003-23`) | placement is checked at the first forward | [07_end_to_end](07_end_to_end.ipynb) |
-# | "speeds up training", poor scaling "very well documented" (`003-17`, `001-15`) | it can lose to one device; measured in lesson 09 | [09_performance](09_performance.ipynb) |
-# | "not true … in multi-node multi-gpu settings" (`001-12`) | DataParallel is one process on one machine | [10_ddp_bridge](10_ddp_bridge.ipynb) |
+# | "gradients are averaged across GPUs" (all four) | `Broadcast.backward` **sums** them into the original (`torch/nn/parallel/_functions.py`) | [06_backward](06_backward.ipynb) |
+# | "gathers the losses … backpropagating a single, averaged loss" ("Why is training not starting with nn.DataParallel?") | gather returns what `forward` returned; the loss is your code | [05_gather](05_gather.ipynb) |
+# | a scalar output becomes a vector of length `num_gpus` ("Pytorch Advanced Part-1 DataParallel") | its length is the number of chunks actually used | [05_gather](05_gather.ipynb) |
+# | batches not divisible by the GPU count cause dimension errors ("Why is training not starting with nn.DataParallel?") | `torch.chunk` gives [3, 3, 3, 1]; gather works | [02_scatter](02_scatter.ipynb) |
+# | the batch becomes one chunk per GPU, evenly ("DataParallel basics in PyTorch - Deep Dive") | at most one per GPU; 6 rows on 4 use 3 | [02_scatter](02_scatter.ipynb) |
+# | passing CPU inputs is wrong ("DataParallel basics in PyTorch - Deep Dive") | scatter copies each chunk to its device | [02_scatter](02_scatter.ipynb) |
+# | replicas can drift: "parameter synchronization" issues ("Why is training not starting with nn.DataParallel?") | replicas are rebuilt from one master every forward | [03_replicate](03_replicate.ipynb) |
+# | training "fails to start" because of data distribution ("Why is training not starting with nn.DataParallel?") | data faults raise at once, naming the replica | [04_parallel_apply](04_parallel_apply.ipynb) |
+# | the model must be on the GPU *before* wrapping ("DataParallel basics in PyTorch - Deep Dive") | placement is checked at the first forward (pytorch/pytorch#17363) | [07_end_to_end](07_end_to_end.ipynb) |
+# | "speeds up training" ("DataParallel basics in PyTorch - Deep Dive"); poor scaling "very well documented" ("Why is training not starting with nn.DataParallel?") | it can lose to one device; lesson 09 shows why | [09_performance](09_performance.ipynb) |
+# | "not true … in multi-node multi-gpu settings" ("Why is training not starting with nn.DataParallel?") | DataParallel is one process on one machine | [10_ddp_bridge](10_ddp_bridge.ipynb) |
 
 # %% [markdown]
 # ## The seeds' code, run and corrected
-# The seeds' own examples, run as written with three changes, because this machine may have no GPU:
+# The articles' own examples, run as written with three changes, because this machine may have no GPU:
 # `nn.DataParallel(model)` becomes `dpcourse.DataParallel(model, devices=dpcourse.devices(n))`, `.cuda()`
 # and `.to('cuda')` are dropped, and the `if torch.cuda.device_count() > 1:` guards go (they would skip
 # DataParallel here). `super(MyModel, self).__init__()` is written `super().__init__()`, which means the
 # same.
 #
-# ### S000, Example 1: "A Basic Compliant Model" (`000-11`)
+# ### "How can PyTorch DataParallel be used with a custom model?", Example 1: "A Basic Compliant Model"
 # **Predict:** does this model need any change to run under DataParallel?
 
 # %%
@@ -176,17 +186,17 @@ class MyModel(nn.Module):
 torch.manual_seed(0)
 model = MyModel()
 inputs = torch.randn(4, 10)
-model = dpcourse.DataParallel(model, devices=dpcourse.devices(2))  # seed: model = DataParallel(model)
+model = dpcourse.DataParallel(model, devices=dpcourse.devices(2))  # article: model = DataParallel(model)
 print("output shape:", model(inputs).shape, "| equal to one device:", torch.allclose(model(inputs), model.module(inputs)))
 
 # %% [markdown]
-# **It runs, unchanged.** The seed's last line, `model.to('cuda')`, sits outside its guard, so on a machine
+# **It runs, unchanged.** The article's last line, `model.to('cuda')`, sits outside its guard, so on a machine
 # without CUDA the script stops there (a CPU-only torch raises "Torch not compiled with CUDA enabled",
 # `torch/cuda/__init__.py: _lazy_init`). Corrected: pick the device once,
 # `device = "cuda" if torch.cuda.is_available() else "cpu"`, and move model and data there. What the guard
 # really changes is the checkpoint's keys (`module.` prefix, lesson 07).
 #
-# ### S000, Example 2: "Handling Custom Layers" (`000-13`)
+# ### "How can PyTorch DataParallel be used with a custom model?", Example 2: "Handling Custom Layers"
 
 # %%
 class MyCustomLayer(nn.Module):
@@ -223,7 +233,7 @@ print("gradients equal the one-device oracle's:", examples.max_grad_difference(m
 # **True, as claimed.** A registered `nn.Parameter` is copied to every replica like `nn.Linear`'s weight,
 # and its gradient is summed back (`torch/nn/parallel/replicate.py: replicate`).
 #
-# ### S000, Example 3: `ProblematicModel` "will likely result in errors or unexpected behavior" (`000-14`)
+# ### "How can PyTorch DataParallel be used with a custom model?", Example 3: `ProblematicModel` "will likely result in errors or unexpected behavior"
 # **Predict:** run on one CPU with **no** DataParallel at all. Does it work?
 
 # %%
@@ -253,18 +263,18 @@ for label, run in [("no DataParallel", ProblematicModel()),
         print(f"{label}: {first_and_last_line(error)}")
 
 # %% [markdown]
-# **True, for a reason the seed never gives:** `zeros(2) += sum(x, dim=0)` adds a `(10,)` tensor to a `(2,)`
+# **True, for a reason the article never gives:** `zeros(2) += sum(x, dim=0)` adds a `(10,)` tensor to a `(2,)`
 # one, an ordinary shape bug that fails with or without DataParallel; DataParallel only re-raises it,
 # naming the replica. Reproduce a failure without DataParallel first: many "DataParallel bugs" are not.
 #
-# The seed's advice is to make `internal_state` an `nn.Parameter` (`000-17`). Fix the shape and try it:
+# The article's advice is to make `internal_state` an `nn.Parameter`. Fix the shape and try it:
 
 # %%
 class ParameterState(nn.Module):
     def __init__(self):
         super().__init__()
         self.linear = nn.Linear(10, 2)
-        self.internal_state = nn.Parameter(torch.zeros(10))  # the seed's fix, with the shape corrected
+        self.internal_state = nn.Parameter(torch.zeros(10))  # the article's fix, with the shape corrected
 
     def forward(self, x):
         self.internal_state += torch.sum(x, dim=0)
@@ -303,8 +313,8 @@ print("partial sums gathered:", list(partial_sums.shape), "| state equals the fu
       torch.allclose(fixed.internal_state, inputs.sum(dim=0)))
 
 # %% [markdown]
-# ### S001, Example 1: padded sequences "will not work when using the DataParallel" (`001-17`)
-# The seed's dataset, collate function, model and loop, run on 1, 2 and 4 devices from the same seed:
+# ### "Why is training not starting with nn.DataParallel?", Example 1: padded sequences "will not work when using the DataParallel"
+# The article's dataset, collate function, model and loop, run on 1, 2 and 4 devices from the same seed:
 
 # %%
 from torch.utils.data import DataLoader, Dataset
@@ -339,7 +349,7 @@ def seed_loop(n_devices):
     model = SimpleModel(10, 20)
     criterion = nn.MSELoss()
     optimizer = torch.optim.Adam(model.parameters())
-    if n_devices > 1:  # seed: if torch.cuda.device_count() > 1: model = nn.DataParallel(model); model.cuda()
+    if n_devices > 1:  # article: if torch.cuda.device_count() > 1: model = nn.DataParallel(model); model.cuda()
         model = dpcourse.DataParallel(model, devices=dpcourse.devices(n_devices))
     shapes, losses = [], []
     for inputs in dataloader:
@@ -364,7 +374,7 @@ for n in (1, 2, 4):
 # one** GPU, but `target` whenever there is **at least one**, so on a single-GPU machine `criterion` gets a
 # CPU output and a CUDA target and fails with a device mismatch, no DataParallel involved.
 #
-# ### S001, Example 3: `torch.matmul(x, self.weight)` "may not have correct device affinity" (`001-21`)
+# ### "Why is training not starting with nn.DataParallel?", Example 3: `torch.matmul(x, self.weight)` "may not have correct device affinity"
 
 # %%
 quiz.ask("08-custom-parameter")
@@ -407,12 +417,13 @@ print("replica uses the original weight object:", sorted(weights_seen))
 print("gradients equal the one-device oracle's:", examples.max_grad_difference(model, oracle) < 1e-5)
 
 # %% [markdown]
-# **False.** Neither replica touches the original `Parameter`: each multiplies by its own copy, made on its
-# own device by `replicate` (`torch/nn/parallel/replicate.py: replicate`), and the gradients match. Which
+# **False.** Neither replica uses the original `Parameter` object: each multiplies by the tensor `replicate`
+# made for its device (`torch/nn/parallel/replicate.py: replicate`). For replica 0 that is a view sharing
+# the original's memory (lesson 03), for replica 1 a copy on its own device, and the gradients match. Which
 # operation consumes a registered parameter (`F.linear`, `torch.mm`, `torch.matmul`, `@`) makes no
 # difference. What *does* stay behind is a plain tensor attribute, as in `ProblematicModel`.
 #
-# ### S002: a counter with `requires_grad = False` (`002-17`)
+# ### "Pytorch Advanced Part-1 DataParallel": a counter with `requires_grad = False`
 # **Predict:** what does `MyModule()` do?
 
 # %%
@@ -434,7 +445,7 @@ except AttributeError as error:
 
 # %% [markdown]
 # **False code.** It never gets to DataParallel: only tensors have `requires_grad`, so the constructor
-# raises. The seed's point (an `int` counter stays 0 under DataParallel, `002-3`) is right, and lesson 03
+# raises. The article's point (an `int` counter stays 0 under DataParallel) is right, and lesson 03
 # shows it. Corrected: a buffer, updated in place, which replica 0 shares with your model:
 
 # %%
@@ -455,19 +466,20 @@ for _ in range(3):
 print("forwards counted on 2 devices:", counted.counter.item())
 
 # %% [markdown]
-# The seeds' other examples need real GPUs to show anything: S001's Example 2 (a 572 MiB model at batch 16)
-# is taken apart in lesson 09, and S002's `cuda:1` / `device_ids=[2, 0, 1]` placements in lesson 07.
+# The articles' other examples need real GPUs to show anything: Example 2 of "Why is training not starting with nn.DataParallel?" (a 572 MiB model at
+# batch 16) is taken apart in lesson 09, and the `cuda:1` / `device_ids=[2, 0, 1]` placements of "Pytorch Advanced Part-1 DataParallel" in
+# lesson 07.
 #
 # ## Summary
 # - DataParallel splits the batch, never the model: every device holds every weight.
 # - Padded batches, custom `nn.Parameter`s and `torch.matmul` need nothing special; plain tensor attributes
 #   and state written in `forward` do.
 # - Overhead makes steps slower, never stuck; hangs are GPU-communication problems.
-# - Run an example before believing it: two seed examples fail for reasons unrelated to DataParallel, and
-#   one seed fix (a `Parameter` for running state) makes it worse.
+# - Run an example before believing it: two of the articles' examples fail for reasons unrelated to DataParallel, and
+#   one of their fixes (a `Parameter` for running state) makes it worse.
 #
 # ## Exercises
-# 1. Run S000's Example 2 (`MyModel` with `MyCustomLayer`) on 4 devices with a batch of 10, chunks
+# 1. Run Example 2 of the custom-model article (`MyModel` with `MyCustomLayer`) on 4 devices with a batch of 10, chunks
 #    [3, 3, 3, 1]. Does its gradient still match the oracle? Write `example2_difference()`.
 # 2. Make `ReturnedState` work on 3 devices with a batch of 7: after one forward, `internal_state` must
 #    equal the column sums of the batch. Write `accumulate(batch, n)` returning the updated model.

@@ -6,12 +6,16 @@
 # - why every step copies the whole model again, and how many bytes and objects that costs;
 # - why threads cannot speed up a model made of many small layers;
 # - why device 0 holds more than the others, and what to do about it;
-# - when adding devices helps, and why it cannot on this 2-core machine.
+# - when adding devices helps, and why CPU devices sharing a few cores show little of it.
 #
-# Timings change from run to run and machine to machine. So the cells below print **bytes and counts**,
-# which do not change; the two cells that print times are marked and their numbers are yours, and the
-# figures show the stored run. Timings on CPU devices measure CPU work: they cannot show GPU speed or the
-# cost of a PCIe or NVLink transfer.
+# Timings change from run to run and machine to machine. So most cells below print **bytes and counts**,
+# which do not change. The cells that time something take turns between the variants they compare, repeat
+# for several rounds and keep the median, so that a busy spell hits every variant alike; they print their
+# numbers, which are yours, and every conclusion that rests on a time is printed by the cell that measured
+# it. Timings on CPU devices measure CPU work: they cannot show GPU speed or the cost of a PCIe or NVLink
+# transfer. They time `dpcourse`'s code, which starts and joins a thread per replica on every forward as
+# torch's does (lesson 04), and shares the cores among CPU replicas, which torch never has to do: torch's own
+# DataParallel cannot run on CPU devices at all, so nothing here times it.
 #
 # One setting first: this lesson gives torch **one thread per operation**, so that one CPU device is one
 # core, as one GPU is one GPU. By default a single matrix product already spreads over every core, and
@@ -19,21 +23,22 @@
 
 # %%
 import collections
+import os
 import statistics
 import threading
-import time
 
 import torch
 from torch import nn
 
 import dpcourse
 from dpcourse import quiz, viz, widgets
+from dpcourse.bench.timing import interleaved, wall_time
 from dpcourse.trace import STEPS
 from dpcourse.widgets.timing import busy_seconds
 
 
 def mlp():
-    """The lesson's compute-heavy model: two matrix products per sample, 263,168 parameters (1 MiB)."""
+    """The lesson's compute-heavy model: two matrix products per sample, 262,912 parameters (1 MiB)."""
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
         return nn.Sequential(nn.Linear(256, 512), nn.ReLU(), nn.Linear(512, 256))
@@ -68,19 +73,22 @@ viz.timeline(t)
 
 # %% [markdown]
 # Read the threads column first. Only the replicas' **forward** runs on threads of their own, one per
-# replica. Everything else runs on the main thread, working from `devices[0]`: scatter, replicate,
-# gather, and reduce-add, which sums every replica's gradients onto `devices[0]`. So one device does all
-# the coordinating, which caps the speed-up (`003-11`). Even the forwards overlap only when cores are
-# free: waking a thread takes a fraction of a millisecond, as long as a small forward, so on a busy
-# machine (the stored figure's) they can end up taking turns.
+# replica. In forward, scatter, replicate and gather run on the main thread, the one that called `dp(x)`,
+# working from `devices[0]`. Even the forwards overlap only when cores are free and the threads are
+# awake: handing work to a thread and waking it takes time of its own, so on a busy machine they can end
+# up taking turns.
 #
-# The replicas' **backward** runs on the main thread here too. That is CPU-specific: the autograd engine
-# runs CPU work on the thread that called `backward()`, while it gives each GPU a worker thread of its own
-# (`torch/csrc/autograd/engine.cpp`, the note on `worker_device`). On GPUs the replicas' backward passes
-# run side by side; on CPU devices one thread works through all of them, interleaved: the stacked
-# backward bars in the MainThread lane.
+# Backward is run by torch's autograd engine, which picks the thread by device. CPU work runs on the
+# thread that called `backward()`: here gather's backward, every replica's backward and reduce-add all
+# run on the main thread, one after another: the stacked backward bars in the MainThread lane. On GPUs
+# the engine gives each GPU a worker thread of its own and runs every step on the thread of the device
+# its incoming gradients are on (`torch/csrc/autograd/engine.cpp`, the note on `worker_device`, and
+# `Node::device` in `torch/csrc/autograd/function.h`). So there the replicas' backward passes run side by
+# side, each on its GPU's thread, while gather's backward and reduce-add, which sums every replica's
+# gradients onto `devices[0]`, run on `devices[0]`'s thread. Either way one device does all the
+# coordinating, which caps the speed-up.
 #
-# The bytes column is the data one step moves (`001-5`): replicate copies the parameters for replicas 1
+# The bytes column is the data one step moves: replicate copies the parameters for replicas 1
 # and 2, gather copies every output into one tensor, reduce-add adds replicas 1 and 2's gradients into
 # replica 0's. There is one process and no "worker process": every copy is made by threads of this one.
 # Scatter and gather's backward moved 0 bytes only because CPU chunks stay on the one CPU as views; on GPUs
@@ -97,10 +105,14 @@ for step in STEPS:
 gaps = statistics.median(t.duration - busy_seconds(t.spans) for t in traces) * 1e3
 print(f"{'between steps':16s} {gaps:7.2f} ms  {gaps / step_ms:4.0%}   (the loss, Python glue, waking threads)")
 print(f"{'whole step':16s} {step_ms:7.2f} ms")
+compute_ms = sum(statistics.median(busy_seconds(t.steps(s)) for t in traces) for s in ("forward", "backward")) * 1e3
+print(f"the replicas' own forward and backward: {compute_ms / step_ms:.0%} of the step, DataParallel's stages and "
+      f"the gaps between them the rest")
 
 # %% [markdown]
-# With this much arithmetic per step, the replicas' forward and backward should take most of it, but on a
-# busy machine any stage can stretch. Try other models: press **Run** in the explorer below. "many-layers"
+# How the step divides between the replicas' own work and DataParallel's depends on the machine, its load
+# and the tracing itself; the last line says what it was on yours. What holds everywhere is the direction:
+# the more arithmetic per step, the larger the replicas' share. Try other models: press **Run** in the explorer below. "many-layers"
 # is 100 tiny `Linear(8, 8)` layers, where DataParallel's own stages take over.
 
 # %%
@@ -151,13 +163,15 @@ print("none of them is one of the original modules:",
       not {id(m) for r in replicas for m in r.modules()} & {id(m) for m in deep.modules()})
 
 # %% [markdown]
-# That is Python work on the main thread, under the GIL, growing with modules × devices, while the devices
-# wait. It is also the answer to "replicating every forward causes hidden CPU-GPU synchronization"
-# (`003-19`): `Broadcast.forward` calls `comm.broadcast_coalesced`, which queues copies on CUDA streams and
-# never synchronizes the host (`torch/nn/parallel/_functions.py: Broadcast`). The cost is the host-side
-# Python: pytorch/pytorch#3930 timed `replicate` at up to 180 ms for a ResNet-1001, mostly Python loops
-# over its many small parameters, while the broadcasts themselves were fast. The table in the first
-# section shows replicate's share of a step here (`003-15`).
+# That is Python work on the main thread, under the [GIL](00_start_here.ipynb#Glossary), growing with
+# modules × devices, while the devices wait. It is also the answer to "replicating every forward causes
+# hidden CPU-GPU synchronization": `Broadcast.forward` calls `comm.broadcast_coalesced`, which queues
+# copies on CUDA streams and never synchronizes the host (`torch/nn/parallel/_functions.py: Broadcast`).
+# The cost is the host-side Python. Back in 2017, with torch 0.3, a maintainer found `replicate` of a
+# ResNet-1001 slow mostly because of Python loops over its many small parameters, while the broadcasts
+# themselves were fast (pytorch/pytorch#3930, an old measurement on old hardware); today's `replicate`
+# still builds every module's replica in Python. The table in the first section shows replicate's share
+# of a step here.
 
 # %% [markdown]
 # ## Threads and the GIL
@@ -168,38 +182,39 @@ print("none of them is one of the original modules:",
 # **Predict:** on 2 devices against 1, which model does DataParallel slow down more: 100 tiny layers, or
 # the MLP's two large matrix products?
 #
-# The cell below alternates one-device and DataParallel steps of each model and keeps the fastest of 5
-# (your numbers will differ; a busy machine blurs them):
+# The cell below times one-device and DataParallel steps of each model in turns, for several rounds, and
+# prints the median of the per-round ratios (your numbers will differ):
 
 # %% tags=["nbval-ignore-output"]
-def dp_over_one_device(model, batch, n=2, rounds=5):
-    """Fastest DataParallel step over fastest plain step, measured alternately so both see the same load."""
-    runs = {"one device": model, "DataParallel": dpcourse.DataParallel(model, devices=dpcourse.devices(n))}
-    best = {name: float("inf") for name in runs}
-    for i in range(rounds + 1):  # round 0 warms up
-        for name, run in runs.items():
-            start = time.perf_counter()
-            run(batch).pow(2).mean().backward()
-            if i:
-                best[name] = min(best[name], time.perf_counter() - start)
-    return best["DataParallel"] / best["one device"]
+def dp_over_one_device(model, batch, n=2, rounds=7):
+    """Median over rounds of (DataParallel step / one-device step), the two timed in turns every round."""
+    steps = {"one device": model, "DataParallel": dpcourse.DataParallel(model, devices=dpcourse.devices(n))}
+    timed = interleaved({name: wall_time(lambda run=run: run(batch).pow(2).mean().backward())
+                         for name, run in steps.items()}, rounds=rounds, warmup=1)
+    return timed.ratio("DataParallel", "one device")["median"]
 
 
 tiny = nn.Sequential(*(nn.Linear(8, 8) for _ in range(100)))
-print(f"100 tiny layers, batch 64:   DataParallel step = {dp_over_one_device(tiny, torch.randn(64, 8)):.1f} x one device")
-print(f"the MLP, batch 256:          DataParallel step = {dp_over_one_device(mlp(), x):.1f} x one device")
+slowdown = {"100 tiny layers, batch 64": dp_over_one_device(tiny, torch.randn(64, 8)),
+            "the MLP, batch 256": dp_over_one_device(mlp(), x)}
+for name, ratio in slowdown.items():
+    print(f"{name:27s} DataParallel step = {ratio:.1f} x one device")
+print("DataParallel slowed the tiny layers down more than the MLP:",
+      slowdown["100 tiny layers, batch 64"] > slowdown["the MLP, batch 256"])
 
 # %% [markdown]
-# The tiny-layer model loses badly: each replica runs the same 100 Python-level layer calls as one device
-# would, only on half the rows, and the two threads must take turns holding the GIL; then replicate builds
-# 202 module objects and backward walks both replicas' graphs. The MLP loses less, because its forward is
-# matrix products, which release the GIL, so two replicas can compute at once on two cores. It still does
-# not win here: its backward, two thirds of the arithmetic, runs replica after replica on the main thread
-# (first section), and the copies and thread hand-offs come on top.
+# What to expect, on any machine: the tiny-layer model should lose more. Each replica runs the same 100
+# Python-level layer calls as one device would, only on half the rows, and the two threads must take turns
+# holding the GIL; then replicate builds 202 module objects and backward walks both replicas' graphs. The
+# MLP's forward is matrix products, which release the GIL, so two replicas can compute at once when two
+# cores are free. Its backward, though, three matrix products to the forward's two, runs replica after
+# replica on the main thread on CPU devices (first section), and the copies and thread hand-offs come on
+# top, so whether it gains anything depends on your cores and their load: its line above (below 1 means
+# faster than one device) says what yours showed.
 #
 # The DDP tutorial names three reasons why DataParallel is "usually slower than
 # DistributedDataParallel even on a single machine": GIL contention across threads, the model replicated
-# every iteration, and scattering inputs and gathering outputs (`002-18`). fairseq's authors saw a
+# every iteration, and scattering inputs and gathering outputs. fairseq's authors saw a
 # "negative speedup" with DataParallel, which "relies on Python threading, which is slow due to the GIL"
 # (facebookresearch/fairseq#34); pytorch/tutorials PR #648 credits DDP's lead to replicating "upfront
 # instead of in every iteration" with the GIL "no longer in the way". A free-threaded Python build removes the
@@ -238,7 +253,7 @@ print(f"one device, whole batch: {single // 1024:,} KiB")
 
 # %% [markdown]
 # Every device holds the whole model, and activations split four ways: that is what DataParallel saves, so
-# a batch too large for one GPU may fit (`000-10`). But `devices[0]` also holds the gathered output (and the
+# a batch too large for one GPU may fit. But `devices[0]` also holds the gathered output (and the
 # loss computed from it), the gradients that reduce-add sums onto it, and the optimizer state, created next
 # to the parameters it updates (Adam keeps two tensors per parameter, `torch/optim/adam.py`). Here that is
 # 3.5 times another device's share (the replicas' own gradients exist only during backward, until
@@ -246,10 +261,10 @@ print(f"one device, whole batch: {single // 1024:,} KiB")
 #
 # Gradients always go to `devices[0]`, the device of the original parameters
 # (`torch/nn/parallel/_functions.py: Broadcast.backward` reduces onto `ctx.input_device`); outputs go to
-# `output_device`, which you can move (lesson 07), and the loss follows them (`001-11`). By default device
-# 0 receives every output, and it always receives every gradient (`003-7`) while the others wait. If it is
+# `output_device`, which you can move (lesson 07), and the loss follows them. By default device
+# 0 receives every output, and it always receives every gradient while the others wait. If it is
 # slower or smaller than the rest, it sets the pace: torch warns when a GPU has under 75% of another's
-# memory or cores (`torch/nn/parallel/data_parallel.py: _check_balance`, `003-20`).
+# memory or cores (`torch/nn/parallel/data_parallel.py: _check_balance`).
 #
 # CPU devices share one memory, so this table is bookkeeping; on GPUs it is the "GPU 0 runs out of memory
 # first" that users keep reporting (huggingface/transformers#279, facebookresearch/DPR#104,
@@ -281,9 +296,10 @@ print("the mean of the per-sample losses is the usual loss:",
 # %% [markdown]
 # ## Small batch, big model
 # DataParallel's own costs depend on the **model** (bytes to copy and sum, modules to rebuild); the
-# useful work depends on the **batch**. S001's Example 2 (`001-20`) claims that for "a large model, and a
-# small batch size … the time does not decrease by using multiple GPUs". Its model, built on the `meta`
-# device, which records shapes without allocating memory:
+# useful work depends on the **batch**. The article "Why is training not starting with nn.DataParallel?"
+# claims, in its Example 2, that for "a large model, and a small batch size … the time does not decrease by
+# using multiple GPUs". Its model, built on the `meta` device, which records shapes without allocating
+# memory:
 
 # %%
 class LargeModel(nn.Module):
@@ -305,21 +321,22 @@ with torch.device("meta"):
 params = sum(p.numel() for p in large.parameters())
 print(f"{params:,} parameters = {params * 4 / 2**20:,.0f} MiB of float32")
 for batch in (16, 256):
-    flops = 6 * params * batch  # forward 2, backward 4 multiply-adds per parameter and sample
+    flops = 6 * params * batch  # per parameter and sample: forward 2 FLOPs (1 multiply-add), backward 4 (2)
     moved = 2 * (2 - 1) * params * 4  # on 2 GPUs: broadcast the weights, reduce the gradients
     print(f"batch {batch:3d} on 2 GPUs: {flops / 1e9:5.1f} GFLOP of work, {moved / 2**20:,.0f} MiB copied "
           f"-> {flops / moved:4.0f} FLOP per byte copied")
 
 # %% [markdown]
 # At batch 16 each step copies 1,145 MiB between the two GPUs to spread 14.4 GFLOP of work: 12 FLOP per
-# byte copied. A GPU computes far faster than it copies to another GPU (lesson 10's cost model assumes
-# about 1,250 FLOP per byte for GPUs linked by PCIe, a rough guess: `dpcourse.costmodel.PRESETS`), so the
-# copies dominate and a second GPU cannot help; at batch 256 the same copies buy 16 times more work. The
+# byte copied. A GPU computes far faster than it copies to another GPU: lesson 10's cost model assumes
+# about 1,250 FLOP per byte for data-centre GPUs linked by PCIe (published peak numbers, not a measurement
+# here: `dpcourse.costmodel.PRESETS` names its sources). So, predicted by the cost model, the copies
+# dominate and a second GPU cannot help; at batch 256 the same copies buy 16 times more work. The
 # seed's claim is plausible for this regime; its measurement is not evidence, though: it times with
 # `time.time()` and no `torch.cuda.synchronize()`, so the clock stops while the GPU may still be running
 # the backward and the update (CUDA runs asynchronously: PyTorch docs, `notes/cuda.rst`, "Asynchronous
 # execution"), and its first step includes the warm-up. `viz.measure_scaling` below synchronizes and
-# skips a warm-up step. So DataParallel can be slower than one device, not merely "not linear" (`003-17`).
+# skips a warm-up step. So DataParallel can be slower than one device, not merely "not linear".
 #
 # The same shift on CPU devices: the MLP at batch 8. The bytes copied barely change, the compute shrinks
 # to almost nothing, and replicate and reduce-add keep their size. Compare with the batch-256 timeline at
@@ -336,46 +353,57 @@ viz.timeline(t)
 
 # %% [markdown]
 # ## Scaling curves
-# Step time and speed-up of the MLP, batch 256, on 1 to 4 CPU devices (3 measured steps each, after one
-# warm-up):
+# **Predict:** on CPU devices, how close to n times faster can n devices get? On CPU devices the backward,
+# more than half of the arithmetic, runs replica after replica on the main thread (first section), so only
+# the forwards can overlap, and only on free cores: devices beyond your free cores just share them. The
+# step cannot shrink to 1/n of one device's, and the copies, thread hand-offs and turn-taking come on top.
+# Expect a speed-up well below n, if any.
+#
+# Step time and speed-up of the MLP, batch 256, on 1 to 4 CPU devices, timed in turns over 9 rounds after
+# one warm-up round; the figure draws the medians:
 
-# %%
-measured = viz.measure_scaling(mlp(), x, [1, 2, 3, 4], steps=3)
-viz.scaling(measured)
+# %% tags=["nbval-ignore-output"]
+counts = [1, 2, 3, 4]
+scaled = {n: dpcourse.DataParallel(mlp(), devices=dpcourse.devices(n)) for n in counts}
+scaling_steps = {str(n): wall_time(lambda dp=dp: dp(x).pow(2).mean().backward()) for n, dp in scaled.items()}
+rounds = interleaved(scaling_steps, rounds=9, warmup=1)
+speedup = {n: 1 / rounds.ratio(str(n), "1")["median"] for n in counts}
+print(f"cores this process may use: {len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else os.cpu_count()}")
+for n in counts[1:]:
+    print(f"{n} devices: speed-up {speedup[n]:.2f} (median of the rounds' ratios), ideal {n}")
+best = max(counts[1:], key=speedup.get)
+print(f"on this machine: {'every device count was slower than one device' if speedup[best] < 1 else f'best on {best} devices'}")
+viz.scaling({n: rounds.samples[str(n)] for n in counts})
 
 # %% [markdown]
-# Do not expect much here (in the stored run, every device count was slower than one device). This
-# machine has 2 cores: 2 devices can run their forwards at the same time, but on CPU devices the
-# backward, two thirds of the arithmetic, runs replica after replica on the main thread, so even a
-# perfect forward leaves at most a 1.2× speed-up; 3 and 4 devices only share the same 2 cores, and the
-# copies, thread hand-offs and turn-taking come on top. On GPUs each replica has a device and a backward
-# thread of its own, so the replicas' compute shrinks with n, while replicate (modules × devices, bytes ×
-# (n - 1)) and reduce-add (bytes × (n - 1)) grow with it and gather stays: past some n the overhead
-# dominates and adding devices makes steps slower (`001-14`; lesson 10's cost model draws these curves).
+# On GPUs each replica has a device and a backward thread of its own, so the replicas' compute shrinks
+# with n. DataParallel's own work does not. Replicate builds modules × devices Python objects, so its
+# Python part grows with n. The bytes it copies grow as `(n - 1) ×` the parameters, and reduce-add sums as
+# many back, but when every device is a separate GPU torch uses
+# [NCCL](00_start_here.ipynb#Glossary)'s broadcast and reduce, which pass the
+# bytes along a chain of GPUs in pieces, every link busy at once: their time stays close to one copy of the
+# parameters whatever n is (without NCCL, torch copies to one device after another, and the time grows
+# with n). Gather stays. So, predicted by lesson 10's cost model: past some n the Python overhead
+# dominates and adding devices makes steps slower; lesson 10 draws these curves and names their
+# assumptions. No GPU measurement ships with the course yet.
 #
-# How well documented is that? Less than the seed claims (`001-15`): the PyTorch docs recommend
+# How well documented is that? Less than the articles claim: the PyTorch docs recommend
 # DistributedDataParallel for any multi-GPU training, "even if there is only a single node"
 # (`notes/cuda.rst`), the DDP tutorial calls DataParallel "usually slower", and `data_parallel.py` carries
 # the comment `# TODO: update notes/cuda.rst when this class handles 8+ GPUs well`; none of them shows a
 # scaling curve. External reports exist (facebookresearch/fairseq#34).
 #
-# `docs/benchmarks.md` holds this course's own measurements, taken on this 2-core machine with torch's
-# default threads and many interleaved rounds. Step time of `dpcourse.DataParallel` over the plain
-# one-device step, quiet rounds:
-#
-# | model | 2 CPU devices | 4 CPU devices |
-# |---|---|---|
-# | MLP 512 → 1024 → 1024 → 10, batch 256 (1.6M parameters) | ≈ 1.6× | ≈ 2.0× |
-# | 200 × `Linear(32, 32)`, batch 256 (211k parameters) | ≈ 2.9× | ≈ 5.3× |
-#
-# The many-layer model loses most, as in the GIL section, and replicate alone took about a fifth of its
-# step on 2 devices and a quarter on 4. GPU numbers are not there yet: the GPU benchmark has not been run.
+# `docs/benchmarks.md` records the course's own benchmark runs, each with its machine, date and command:
+# many interleaved rounds with torch's default threads, for the same kinds of model as above, a wide MLP
+# and a stack of many small layers. Like every timing in this lesson, they time `dpcourse.DataParallel`, not
+# torch's. Run `python -m dpcourse.bench --only cpu` to measure your own machine.
 #
 # ## Summary
-# - Only the replicas' forward runs on threads of its own; scatter, replicate, gather, reduce-add (and, on
-#   CPU devices, backward) run on the main thread, working from `devices[0]`.
-# - Every step copies `(n - 1) ×` the parameter bytes out and sums as many back, and builds
-#   modules × devices Python objects.
+# - In forward, scatter, replicate and gather run on the main thread and only the replicas' forwards get
+#   threads of their own. In backward, gather's backward and reduce-add run on `devices[0]`'s autograd
+#   thread (on CPU devices, the main thread, which also runs every replica's backward there).
+# - Every step copies `(n - 1) ×` the parameter bytes out and sums as many back (with NCCL, in about the
+#   time of one copy), and builds modules × devices Python objects.
 # - Threads overlap only work that releases the GIL: many small layers gain nothing.
 # - `devices[0]` holds the gathered output, the loss, the gradients and the optimizer state.
 # - Small batches and big models make the copies outweigh the work; DataParallel can be slower than one

@@ -7,19 +7,21 @@
 #   full-batch gradient;
 # - what DDP copies once (the parameters, when you wrap the model) and what it sends every step (gradients,
 #   and rank 0's buffers);
-# - how bucketed all-reduce lets communication overlap backward;
+# - how bucketed [all-reduce](00_start_here.ipynb#Glossary) lets communication overlap backward;
 # - which terms of a step's cost make DataParallel stop paying off, and how to launch DDP on one or
 #   several machines.
 #
 # Everything below runs for real: DDP from `torch`, in **2 processes on the CPU**, talking through the
 # gloo backend, started from this notebook by `dpcourse.ddp` (`dpcourse/ddp/`). The first launch starts a
-# helper process that imports torch (a few seconds); the later ones take a fraction of a second.
+# helper process that imports torch once; the later launches reuse it, so only the first one waits for
+# that import.
 
 # %%
 import dataclasses
 import inspect
 import multiprocessing
 import os
+import textwrap
 
 from IPython.display import display
 
@@ -67,7 +69,7 @@ print("DataParallel: this process; the replicas' forwards ran in threads",
       sorted({span.thread for span in t.steps("forward")}))
 
 # %% [markdown]
-# Separate processes mean separate Python interpreters, each with its own GIL: no replica waits for
+# Separate processes mean separate Python interpreters, each with its own [GIL](00_start_here.ipynb#Glossary): no replica waits for
 # another's Python (lesson 04, *Threads and the GIL*), and nothing is rebuilt at every step (lesson 09).
 # The DDP docstring says it "is proven to be significantly faster than DataParallel for single-node
 # multi-GPU data parallel training", and DataParallel's own docstring recommends DDP "to do multi-GPU
@@ -273,13 +275,15 @@ print(f"  in the threads {sorted({span.thread for span in dp_trace.spans})}")
 #   its own).
 #
 # On these CPU "devices" both share 2 cores, and gloo sends the gradients through the loopback network,
-# so the timings say nothing about GPUs. There, NCCL runs the all-reduces on its own CUDA stream, and no
-# GPU measurement has been made for this course yet (docs/benchmarks.md).
+# so the timings say nothing about GPUs. There, [NCCL](00_start_here.ipynb#Glossary) runs the all-reduces on its own CUDA stream,
+# and no GPU measurement has been made for this course yet (docs/benchmarks.md).
 
 # %% [markdown]
 # ## Cost model
-# Why, then, does DataParallel fall behind on real GPUs? `dpcourse.costmodel` writes a training step's time
-# as a sum of terms, one per line of a formula, for one device, DataParallel and DDP:
+# What would happen on real GPUs, then? Without a GPU measurement, the course answers with a model, and
+# says so: `dpcourse.costmodel` writes a training step's time as a sum of terms, one per line of a formula,
+# for one device, DataParallel and DDP. Everything in this section is **predicted by the cost model**, not
+# measured:
 
 # %%
 print(costmodel.FORMULAS["dp"], costmodel.formula("ddp"), sep="\n\n")
@@ -291,26 +295,34 @@ print(costmodel.FORMULAS["dp"], costmodel.formula("ddp"), sep="\n\n")
 # all-reduce moves `2 (N-1)/N * S` bytes per rank, which stays below `2S` however many ranks there are.
 # Part of it is hidden behind backward.
 #
-# For ResNet-50 at batch 256 (`costmodel.EXAMPLE`) on two of the presets, 8 GPUs linked by PCIe or by
-# NVLink (rough numbers for common machines, not benchmarks):
+# Its assumptions: a step is the sum of these terms and nothing else (no memory limits, kernel fusion,
+# uneven chunks or GPU scheduling); GPU arithmetic runs at a data-centre GPU's fp32 speed and memory
+# bandwidth, and links at PCIe 3 or NVLink speed, all from published specifications; the Python cost per
+# module call and per replicated module is an assumed order of magnitude, not measured on a GPU machine;
+# DataParallel's copies are pipelined by NCCL. `costmodel.PRESETS` names the source of every number.
+# Predicted for ResNet-50 at batch 256 (`costmodel.EXAMPLE`) on two of the presets, 8 GPUs linked by PCIe
+# or by NVLink:
 
 # %%
 for preset in ("8 GPUs, PCIe", "8 GPUs, NVLink"):
     curve = costmodel.predict_speedup(preset)
-    print(f"{preset}: DP is fastest on {curve.dp_best} GPUs, {max(curve.dp):.2f}x, and {curve.dp[-1]:.2f}x on 8; "
-          f"DDP on 8: {curve.ddp[-1]:.2f}x")
+    print(f"predicted, {preset}: DP is fastest on {curve.dp_best} GPUs, {max(curve.dp):.2f}x, and "
+          f"{curve.dp[-1]:.2f}x on 8; DDP on 8: {curve.ddp[-1]:.2f}x; DDP gains on every added GPU: "
+          f"{all(b > a for a, b in zip(curve.ddp, curve.ddp[1:]))}")
+    print(textwrap.fill(f"  its numbers: {curve.hardware.sources}", 110, subsequent_indent="    "))
 viz.plot_speedup("8 GPUs, PCIe")
 
 # %%
 viz.plot_speedup("8 GPUs, NVLink")
 
 # %% [markdown]
-# DDP gains on every added GPU, on both machines. DataParallel stops paying off at 6 GPUs and slows down
-# with every GPU after that. The faster link lifts its curve but leaves the peak at 6: in the model,
-# NCCL's pipelined copies cost the same for any number of GPUs, and what grows with N, the per-replica
-# Python and replication work, does not depend on the link. Try other machines, batches, model sizes and
-# link speeds; the table lists each term for one device and for 2 and 8 devices, so you can see which one
-# grows:
+# In the model, with these presets, DDP gains on every added GPU on both machines, while DataParallel
+# peaks at the device count the cell prints and slows down with every GPU after that. The faster link
+# lifts DataParallel's curve but does not move its peak: in the model, NCCL's pipelined copies cost the
+# same for any number of GPUs, and what grows with N, the per-replica Python and replication work, does
+# not depend on the link. These are predictions from assumed numbers: a GPU measurement could move the
+# peak. Try other machines, batches, model sizes and link speeds; the table lists each term for one device
+# and for 2 and 8 devices, so you can see which one grows:
 
 # %%
 widgets.CostModelCalculator()
@@ -355,15 +367,20 @@ widgets.CostModelCalculator()
 #   collectives.
 # - **BatchNorm.** Each rank normalises with its own shard's statistics, as above.
 #   `torch.nn.SyncBatchNorm.convert_sync_batchnorm(model)`, before wrapping, computes them over the global
-#   batch, with an all-reduce inside every forward (on GPUs; it refuses CPU tensors).
+#   batch: every forward all-gathers each rank's mean, inverse standard deviation and count, and every
+#   backward all-reduces two sums of the gradient (`torch/nn/modules/_functions.py: SyncBatchNorm`). It
+#   runs on GPUs only: in training under a process group it refuses CPU tensors.
 # - **Data.** The global batch is the per-rank batch times `WORLD_SIZE`: 16 ranks × 32 samples make 512,
 #   and the learning rate usually has to be rescaled for it. Call `sampler.set_epoch(epoch)` on the
 #   `DistributedSampler` at the start of every epoch, or every epoch reuses the first epoch's shuffle.
 # - **Clocks.** Each machine has its own clock, so timelines from different machines cannot be lined up
 #   like the ones above.
 #
-# Neither DataParallel nor DDP helps a model that does not fit on one GPU: every rank holds all of it.
-# That takes sharding (FSDP) or splitting the model itself (tensor or pipeline parallelism).
+# DataParallel cannot help a model that does not fit on one GPU: every replica holds all of it, on one
+# device. DDP can be combined with model parallelism: a rank's module may itself span several GPUs (leave
+# `device_ids` unset; the DDP tutorial's "Combining DDP with Model Parallelism"), but every rank still holds
+# a whole copy of the model across its GPUs. Spreading one copy's parameters, gradients and optimizer
+# state over the ranks takes sharding (FSDP).
 
 # %% [markdown]
 # ## Summary
@@ -377,7 +394,8 @@ widgets.CostModelCalculator()
 # - Gradients travel in buckets whose all-reduces start during backward, so communication overlaps
 #   computation.
 # - In the cost model, DataParallel's Python and replication terms grow with the number of devices and
-#   DDP's do not: DataParallel peaks at a few GPUs, while DDP keeps scaling.
+#   DDP's do not: predicted, DataParallel peaks at a few GPUs while DDP keeps scaling (the presets' numbers
+#   are published specifications and assumptions, not GPU measurements).
 #
 # ## Exercises
 # 1. With shards of 5 and 3 samples, rebuild the full-batch gradient from the two ranks' own gradients

@@ -131,6 +131,13 @@ class Hardware:
     asynchronous: bool
     sources: str = ""
 
+    def __post_init__(self) -> None:
+        _whole(self, "compute_units", 1)
+        for rate in ("flops", "memory_bandwidth", "bandwidth"):  # per second: a rate of 0 never finishes
+            _amount(self, rate, positive=True, infinite=True)
+        for seconds in ("latency", "module_time", "replicate_time", "step_overhead", "dp_overhead", "ddp_overhead"):
+            _amount(self, seconds, positive=False)
+
 
 # Where the presets' numbers come from. None of them was measured on a GPU for this course.
 _GPU = ("F = 15 TFLOP/s fp32: assumed achievable, about 3/4 of the 19.5 TFLOP/s peak in NVIDIA's A100 "
@@ -145,13 +152,6 @@ _SOURCES = {
     "8 GPUs, NVLink": (f"{_GPU}; beta = 150 GB/s: assumed achievable by NCCL, half of the 300 GB/s per "
                        f"direction that the A100 datasheet's 600 GB/s NVLink total gives; {_OVERHEADS}"),
 }
-
-    def __post_init__(self) -> None:
-        _whole(self, "compute_units", 1)
-        for rate in ("flops", "memory_bandwidth", "bandwidth"):  # per second: a rate of 0 never finishes
-            _amount(self, rate, positive=True, infinite=True)
-        for seconds in ("latency", "module_time", "replicate_time", "step_overhead", "dp_overhead", "ddp_overhead"):
-            _amount(self, seconds, positive=False)
 
 
 def _preset(name: str, flops: float, memory: float, units: int, link: float, latency: float, pipelined: bool

@@ -36,3 +36,21 @@ def test_slides_and_collapsed_solutions():
     heading, solution = notebook.cells
     assert heading.metadata["slideshow"] == {"slide_type": "slide"}
     assert solution.metadata["jupyter"] == {"source_hidden": True} and solution.id == "cell-1"
+
+
+@pytest.mark.parametrize("source", SOURCES, ids=[s.stem for s in SOURCES])
+def test_the_student_edition_has_the_sources_cells_without_solutions(source):
+    student = nbformat.read(NOTEBOOKS / "student" / f"{source.stem}.ipynb", as_version=4)
+    cells = jupytext.read(source, fmt="py:percent").cells
+    expected = [build["without_solutions"](c.source) if c.cell_type == "code" else c.source for c in cells]
+    assert [c.source for c in student.cells] == expected, (
+        f"notebooks/student/{source.stem}.ipynb is out of date: run "
+        f"`python notebooks/build.py --edition student {source.stem}`"
+    )
+    assert "### BEGIN SOLUTION" not in "".join(expected)
+
+
+def test_stubs_keep_the_indentation_and_the_code_around_them():
+    code = "def f(x):\n    y = 1\n    ### BEGIN SOLUTION\n    return x + y\n    ### END SOLUTION\n\n\nf"
+    stub = '    raise NotImplementedError("Your code here: write this, then run the check below.")\n'
+    assert build["without_solutions"](code) == "def f(x):\n    y = 1\n" + stub + "\n\nf"

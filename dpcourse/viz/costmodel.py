@@ -35,7 +35,7 @@ def plot_speedup(preset: str | Hardware, workload: Workload = EXAMPLE, max_devic
     axes.set(xlabel="devices n", ylabel="predicted speed-up over one device  (T_1 / T_n)", xticks=n,
              xlim=(0.5, n[-1] + 0.5), ylim=(0, max(max(curve.ddp), max(curve.dp)) * 1.25))
     w = workload
-    axes.set_title(f"Predicted by the cost model, {curve.hardware.name}: {w.params:,} parameters, {w.modules} "
+    axes.set_title(f"Predicted by the cost model, {curve.hardware.name}\n{w.params:,} parameters, {w.modules} "
                    f"modules, batch {w.batch}", fontsize="medium")
     axes.legend(loc="best", fontsize="small")
     return figure

@@ -52,3 +52,10 @@ def test_experiments_are_repeatable():
     for name, experiment in EXPERIMENTS.items():
         first, second = experiment().value, experiment().value
         assert first == second, f"{name} is not deterministic: {first!r} then {second!r}"
+
+
+def test_choice_questions_have_three_options_and_keyed_answers_spread_over_positions():
+    choice = [q for q in all_questions() if q.kind == "choice"]
+    assert all(len(q.options) >= 3 for q in choice), [q.id for q in choice if len(q.options) < 3]
+    positions = collections.Counter(q.options.index(q.answer) for q in choice)
+    assert max(positions.values()) <= 0.4 * len(choice), positions

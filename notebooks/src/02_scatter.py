@@ -73,12 +73,25 @@ print(type(per_device).__name__, "of", len(per_device), "entries")
 print(per_device[3])
 
 # %% [markdown]
+# What if two tensors in one call have different batch sizes? Predict first:
+
+# %%
+quiz.ask("02-mismatched-batches")
+
+# %% [markdown]
 # Entries are `zip`ped, so the **shortest** leaf decides how many replicas run, and the extra rows of the
 # longer tensors are dropped without a word:
 
 # %%
 per_device = dpcourse.scatter((torch.zeros(10, 2), torch.zeros(3, 2)), devices)
 print(len(per_device), "entries:", [[list(t.shape) for t in entry] for entry in per_device])
+
+# %% [markdown]
+# Every tensor is split along the same `dim`, whatever it holds. A recurrent model's initial state keeps its
+# batch on dim 1:
+
+# %%
+quiz.ask("02-lstm-hidden-state")
 
 # %% [markdown]
 # ## Non-tensors are shared by reference

@@ -103,6 +103,12 @@ print("with 1 device:  calls =", model.calls, "| seen =", model.seen)
 # update it in place (`self.calls_buffer += 1` on a registered buffer), which works through replica 0's
 # aliasing (pytorch/pytorch#2864), or count outside the model.
 #
+# And a list made in `__init__`, appended to in `forward`?
+
+# %%
+quiz.ask("03-list-shared")
+
+# %% [markdown]
 # A shared *mutable* object is the opposite trap: every replica appends to the one list, from its own thread.
 #
 # Plain **tensor** attributes (not registered as buffers) are not copied either: every replica points at the

@@ -59,3 +59,13 @@ def test_choice_questions_have_three_options_and_keyed_answers_spread_over_posit
     assert all(len(q.options) >= 3 for q in choice), [q.id for q in choice if len(q.options) < 3]
     positions = collections.Counter(q.options.index(q.answer) for q in choice)
     assert max(positions.values()) <= 0.4 * len(choice), positions
+
+
+def test_every_question_is_asked_in_its_lesson_so_progress_totals_can_be_reached():
+    lessons = Path(__file__).resolve().parent.parent / "notebooks" / "src"
+    missing = []
+    for question in all_questions():
+        source = next(lessons.glob(f"{question.id[:2]}_*.py")).read_text()
+        if f'quiz.ask("{question.id}")' not in source and "quiz.ask_lesson(" not in source:
+            missing.append(question.id)
+    assert missing == []

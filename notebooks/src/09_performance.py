@@ -27,7 +27,7 @@ import torch
 from torch import nn
 
 import dpcourse
-from dpcourse import quiz, viz, widgets
+from dpcourse import exercises, quiz, viz, widgets
 from dpcourse.trace import STEPS
 from dpcourse.widgets.timing import busy_seconds
 
@@ -370,7 +370,31 @@ viz.scaling(measured)
 #
 # The many-layer model loses most, as in the GIL section, and replicate alone took about a fifth of its
 # step on 2 devices and a quarter on 4. GPU numbers are not there yet: the GPU benchmark has not been run.
+
+
+# %% [markdown]
+# ## Write it yourself
+# Write the function's body in place of its stub, then run the check cell below it.
 #
+# ### Exercise: bytes per step
+# Write `bytes_per_step(parameter_bytes, n)`: a dict with the bytes one training step on `n` devices copies out
+# to the replicas (key `"replicate"`) and sums back onto `devices[0]` (key `"reduce-add"`), for a model with
+# `parameter_bytes` bytes of parameters.
+
+# %% tags=["solution"]
+def bytes_per_step(parameter_bytes, n):
+    """The bytes replicate sends out and reduce-add brings back in one DataParallel step."""
+    ### BEGIN SOLUTION
+    copies = n - 1  # replica 0 works on the original parameters
+    return {"replicate": copies * parameter_bytes, "reduce-add": copies * parameter_bytes}
+    ### END SOLUTION
+
+
+# %%
+exercises.check("bytes_per_step", bytes_per_step)
+
+
+# %% [markdown]
 # ## Summary
 # - Only the replicas' forward runs on threads of its own; scatter, replicate, gather, reduce-add (and, on
 #   CPU devices, backward) run on the main thread, working from `devices[0]`.

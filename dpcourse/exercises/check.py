@@ -23,7 +23,9 @@ NOT_ATTEMPTED, PASSED, FAILED = "not attempted yet", "passed", "failed"
 class Case:
     """One call of the learner's function: ``function(*args)``, described in words, with a hint for a failure.
 
-    ``context`` holds what the judge needs besides the arguments (a reference model, a record of threads).
+    ``context`` holds what the judge needs besides the arguments: a reference model, a record of threads, or an
+    answer worked out when the case was made, for a judge that cannot compute it later (the learner's function
+    may change the arguments, e.g. train the model it is given).
     """
 
     description: str
@@ -37,13 +39,16 @@ class Exercise:
     """What the learner writes (``task``), the cases to try, and how to judge an answer.
 
     ``judge(case, answer)`` returns ``None`` for a right answer, else a sentence naming the first thing that
-    differs. ``cases`` is a function, so that every check starts from fresh tensors.
+    differs. ``cases`` is a function, so that every check starts from fresh tensors. ``call(function, case)``
+    says how to call the learner's function when ``function(*case.args)`` is not enough (in a thread, under
+    a grad mode, once per chunk); its result is the answer the judge sees.
     """
 
     name: str
     task: str
     cases: Callable[[], list[Case]]
     judge: Callable[[Case, Any], str | None]
+    call: Callable[[Callable, Case], Any] | None = None
 
 
 @dataclasses.dataclass
@@ -103,7 +108,7 @@ def run(exercise: Exercise, function: Callable) -> Report:
     outcomes = []
     for case in exercise.cases():
         try:
-            answer = function(*case.args)
+            answer = exercise.call(function, case) if exercise.call else function(*case.args)
         except NotImplementedError:
             return Report(exercise, [], NOT_ATTEMPTED)
         except Exception as error:  # a learner's bug is a failed case, shown as one line, never a traceback
@@ -150,6 +155,8 @@ def _tensor_difference(expected: torch.Tensor, got: Any, where: str, atol: float
         return f"{where}: expected shape {list(expected.shape)}, got {list(got.shape)}"
     if got.device != expected.device:
         return f"{where}: expected it on {expected.device}, got {got.device}"
+    if got.dtype != expected.dtype:
+        return f"{where}: expected dtype {expected.dtype}, got {got.dtype}"
     close = torch.isclose(got.double(), expected.double(), atol=atol, rtol=1e-5)
     if bool(close.all()):
         return None

@@ -6,7 +6,13 @@ from collections.abc import Callable
 from .check import Exercise, Report, run
 
 EXERCISES: dict[str, Exercise] = {}
-LESSON_MODULES = ["dpcourse.exercises.capstone"]  # one module per lesson that has exercises
+# Imported on the first check, so that importing dpcourse.exercises stays cheap.
+LESSON_MODULES = [
+    "dpcourse.exercises.lesson01", "dpcourse.exercises.lesson02", "dpcourse.exercises.lesson03",
+    "dpcourse.exercises.lesson04", "dpcourse.exercises.lesson05", "dpcourse.exercises.lesson06",
+    "dpcourse.exercises.lesson07", "dpcourse.exercises.lesson08", "dpcourse.exercises.lesson09",
+    "dpcourse.exercises.lesson10", "dpcourse.exercises.lesson11", "dpcourse.exercises.capstone",
+]
 
 
 def register(exercise: Exercise) -> Exercise:

@@ -11,7 +11,7 @@
 import torch
 
 import dpcourse
-from dpcourse import examples, quiz
+from dpcourse import examples, exercises, quiz
 
 torch.manual_seed(0)
 
@@ -80,6 +80,47 @@ print("torch's device_ids without a GPU:", torch_dp.device_ids if not torch.cuda
 
 # %%
 quiz.ask_lesson("01_one_device")
+
+# %% [markdown]
+# ## Write it yourself
+# Each exercise below asks for one function. Write its body in place of the stub (the `raise
+# NotImplementedError` line), then run the check cell under it: it calls your function on a few cases and
+# compares the answers with torch's.
+#
+# ### Exercise: the oracle's gradients
+# Write `full_batch_gradients(model, x, y)`: the gradients of `examples.loss_fn(model(x), y)` with respect to
+# `model.parameters()`, as a list in the same order. This is what every parallel gradient is checked against.
+
+# %% tags=["solution"]
+def full_batch_gradients(model, x, y):
+    """The one-device gradient of the mean loss over the whole batch, one tensor per parameter."""
+    ### BEGIN SOLUTION
+    loss = examples.loss_fn(model(x), y)
+    return list(torch.autograd.grad(loss, list(model.parameters())))
+    ### END SOLUTION
+
+
+# %%
+exercises.check("full_batch_gradients", full_batch_gradients)
+
+# %% [markdown]
+# ### Exercise: weighing chunk losses
+# Split a batch of B rows into chunks of $b_1, b_2, \dots$ rows and compute each chunk's mean loss. Write
+# `chunk_loss_weights(sizes)`: one weight $w_j$ per chunk such that $\sum_j w_j \cdot \text{mean}_j$ is the mean
+# loss over the whole batch, for any data.
+
+# %% tags=["solution"]
+def chunk_loss_weights(sizes):
+    """The weight of each chunk's mean loss in the full-batch mean: its share of the rows."""
+    ### BEGIN SOLUTION
+    batch = sum(sizes)
+    return [size / batch for size in sizes]
+    ### END SOLUTION
+
+
+# %%
+exercises.check("chunk_loss_weights", chunk_loss_weights)
+
 
 # %% [markdown]
 # ## Summary

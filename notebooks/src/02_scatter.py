@@ -14,7 +14,7 @@
 import torch
 
 import dpcourse
-from dpcourse import examples, quiz, viz
+from dpcourse import examples, exercises, quiz, viz
 
 devices = dpcourse.devices(4)
 x, y = examples.make_batch(10)
@@ -155,7 +155,48 @@ print("d/dx, first column:", x_leaf.grad[:, 0].tolist())
 # %% [markdown]
 # Rows 0–2 got gradient 1, rows 3–5 got 2, rows 6–8 got 3 and row 9 got 4: each chunk's gradient landed
 # back in exactly the rows it came from.
+
+
+# %% [markdown]
+# ## Write it yourself
+# Write each function's body in place of its stub, then run the check cell below it.
 #
+# ### Exercise: chunk sizes
+# Write `chunk_sizes(batch, n)`: how many rows each replica gets when `batch` rows are scattered over `n`
+# devices, with the `torch.chunk` rule, computed with integer arithmetic (no tensor).
+
+# %% tags=["solution"]
+def chunk_sizes(batch, n):
+    """How many rows each replica gets when `batch` rows are scattered over `n` devices."""
+    ### BEGIN SOLUTION
+    size = -(-batch // n)  # ceil(batch / n) rows per chunk, the last chunk shorter
+    return [min(size, batch - start) for start in range(0, batch, size)]
+    ### END SOLUTION
+
+
+# %%
+exercises.check("chunk_sizes", chunk_sizes)
+
+# %% [markdown]
+# ### Exercise: chunks that are views
+# Before scatter copies the chunks to their devices, `torch.chunk` cuts the batch into views of its memory: no
+# copy yet. Write `scatter_rows(x, n)`: the chunks `x.chunk(n)` would give, made by slicing `x`'s rows (without
+# calling `chunk`).
+
+# %% tags=["solution"]
+def scatter_rows(x, n):
+    """The rows of `x` cut into the torch.chunk pieces, each a view (a slice) of `x`."""
+    ### BEGIN SOLUTION
+    size = -(-len(x) // n)
+    return [x[start:start + size] for start in range(0, len(x), size)]
+    ### END SOLUTION
+
+
+# %%
+exercises.check("scatter_rows", scatter_rows)
+
+
+# %% [markdown]
 # ## Summary
 # - Scatter uses `torch.chunk`: chunks of `ceil(B / n)` rows, possibly **fewer chunks than devices**.
 # - Containers are walked into and zipped (the shortest leaf wins); other objects are shared by reference.

@@ -13,7 +13,7 @@
 import torch
 
 import dpcourse
-from dpcourse import examples, quiz, viz
+from dpcourse import examples, exercises, quiz, viz
 
 devices = dpcourse.devices(3)
 
@@ -153,6 +153,44 @@ with dpcourse.trace() as t:
     dp(x)
 print("replicate steps recorded in two forwards:", len(t.steps("replicate")))
 print("bytes copied per replicate:", t.steps("replicate")[0].bytes_copied)
+
+# %% [markdown]
+# ## Write it yourself
+# Write each function's body in place of its stub, then run the check cell below it.
+#
+# ### Exercise: replica 0 aliasing
+# Write `replicate_parameters(params, n)`: `n` lists of tensors, one per replica. List 0 holds the original
+# tensors themselves (replica 0 shares your model's memory); lists 1 to n-1 hold fresh copies that stay
+# connected to the originals, so that their gradients can flow back.
+
+# %% tags=["solution"]
+def replicate_parameters(params, n):
+    """One list of tensors per replica: the originals for replica 0, connected copies for the others."""
+    ### BEGIN SOLUTION
+    return [list(params)] + [[p.clone() for p in params] for _ in range(1, n)]
+    ### END SOLUTION
+
+
+# %%
+exercises.check("replicate_parameters", replicate_parameters)
+
+# %% [markdown]
+# ### Exercise: bytes replicated
+# Write `replicate_bytes(model, n)`: how many bytes replicating `model` onto `n` devices copies, counting its
+# parameters and its buffers.
+
+# %% tags=["solution"]
+def replicate_bytes(model, n):
+    """Bytes one replicate copies: every parameter and buffer, once per replica after the first."""
+    ### BEGIN SOLUTION
+    tensors = list(model.parameters()) + list(model.buffers())
+    return (n - 1) * sum(t.numel() * t.element_size() for t in tensors)
+    ### END SOLUTION
+
+
+# %%
+exercises.check("replicate_bytes", replicate_bytes)
+
 
 # %% [markdown]
 # ## Summary

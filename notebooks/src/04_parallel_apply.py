@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 import dpcourse
-from dpcourse import examples, quiz
+from dpcourse import examples, exercises, quiz
 
 devices = dpcourse.devices(3)
 model = examples.make_model()
@@ -289,7 +289,66 @@ except StopIteration as error:
 # little or nothing from more replicas: fairseq measured "negative speedup" from DataParallel for this reason
 # (facebookresearch/fairseq#34), and the DDP tutorial names "GIL contention across threads" first among the
 # reasons DataParallel is slower than DistributedDataParallel. Lesson 09 measures it on this machine.
+
+
+# %% [markdown]
+# ## Write it yourself
+# Write each function's body in place of its stub, then run the check cell below it.
 #
+# ### Exercise: one thread per replica
+# Write `run_replicas(functions, inputs)`: call `functions[i](inputs[i])` for every `i`, each in a new thread,
+# all running at the same time, and return the outputs in order. A single function runs inline, in the
+# caller's thread. The check's functions record the thread they ran in.
+
+# %% tags=["solution"]
+def run_replicas(functions, inputs):
+    """parallel_apply's core: one new thread per replica, started together, joined together."""
+    ### BEGIN SOLUTION
+    if len(functions) == 1:
+        return [functions[0](inputs[0])]
+    outputs = [None] * len(functions)
+
+    def work(i):
+        outputs[i] = functions[i](inputs[i])
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(len(functions))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return outputs
+    ### END SOLUTION
+
+
+# %%
+exercises.check("run_replicas", run_replicas)
+
+# %% [markdown]
+# ### Exercise: grad mode into a thread
+# Grad mode is thread-local: a new thread starts with grad enabled, even inside `torch.no_grad()`. Write
+# `in_callers_grad_mode(function)`: a wrapper that, called later in any thread, runs `function(*args)` with the
+# grad mode that was on in the thread that made the wrapper. The check makes the wrapper under one mode and
+# calls it in a thread under the other.
+
+# %% tags=["solution"]
+def in_callers_grad_mode(function):
+    """`function`, wrapped to run with the grad mode of the thread that wraps it."""
+    ### BEGIN SOLUTION
+    enabled = torch.is_grad_enabled()  # read now, in the caller's thread
+
+    def wrapper(*args, **kwargs):
+        with torch.set_grad_enabled(enabled):
+            return function(*args, **kwargs)
+
+    return wrapper
+    ### END SOLUTION
+
+
+# %%
+exercises.check("in_callers_grad_mode", in_callers_grad_mode)
+
+
+# %% [markdown]
 # ## Summary
 # - parallel_apply runs replica i in its own thread (`replica-i` in dpcourse); a single replica runs inline in
 #   the caller's thread. Hooks on your model run once per replica, in those threads.

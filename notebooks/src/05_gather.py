@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 import dpcourse
-from dpcourse import examples, quiz, viz
+from dpcourse import examples, exercises, quiz, viz
 
 torch.manual_seed(0)
 devices = dpcourse.devices(4)
@@ -234,7 +234,56 @@ print(f"gathered onto {logits.device}: {logits.bytes_copied} bytes of outputs vs
 # price of that advice is the scalar vector above, with its reduction pitfall. You can also move the output
 # elsewhere with `output_device` (lesson 07), or leave DataParallel for DDP, where every process keeps its own
 # outputs, loss and optimizer state and nothing is gathered onto one device (lesson 10).
+
+
+# %% [markdown]
+# ## Write it yourself
+# Write each function's body in place of its stub, then run the check cell below it. The checks compare your
+# results with `dpcourse.gather`.
 #
+# ### Exercise: gather tensors
+# Write `gather_tensors(outputs)`: one output tensor per replica, concatenated along dim 0. 0-d tensors (one loss
+# per replica) become a vector, and the result has the first output's dtype.
+
+# %% tags=["solution"]
+def gather_tensors(outputs):
+    """Concatenate the replicas' outputs on dim 0, as gather does on one device."""
+    ### BEGIN SOLUTION
+    first = outputs[0]
+    pieces = [out.reshape(1) if out.dim() == 0 else out for out in outputs]
+    return torch.cat([piece.to(first.dtype) for piece in pieces])
+    ### END SOLUTION
+
+
+# %%
+exercises.check("gather_tensors", gather_tensors)
+
+# %% [markdown]
+# ### Exercise: gather nested outputs
+# Write `gather_structure(outputs)`: each replica's output is a tensor (concatenate them on dim 0), `None`, or a
+# dict, tuple, list or namedtuple of these. Rebuild the first output's structure, with the same types.
+
+# %% tags=["solution"]
+def gather_structure(outputs):
+    """Gather one output per replica, recursing into dicts, tuples, lists and namedtuples."""
+    ### BEGIN SOLUTION
+    first = outputs[0]
+    if first is None:
+        return None
+    if isinstance(first, torch.Tensor):
+        return torch.cat(outputs)
+    if isinstance(first, dict):
+        return type(first)((key, gather_structure([out[key] for out in outputs])) for key in first)
+    items = [gather_structure(same_position) for same_position in zip(*outputs)]
+    return type(first)(*items) if hasattr(first, "_fields") else type(first)(items)  # a namedtuple takes fields
+    ### END SOLUTION
+
+
+# %%
+exercises.check("gather_structure", gather_structure)
+
+
+# %% [markdown]
 # ## Summary
 # - Gather concatenates the replicas' outputs along `dim`, in replica order; only one-row-per-sample outputs
 #   come back as the whole batch's output. The loss, and any averaging, is your code.

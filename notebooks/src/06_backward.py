@@ -24,7 +24,7 @@ import torch
 from torch import nn
 
 import dpcourse
-from dpcourse import examples, quiz, viz, widgets
+from dpcourse import examples, exercises, quiz, viz, widgets
 
 # Replicas that return a scalar loss get lesson 05's "all input tensors were scalars" warning; it is known here.
 warnings.filterwarnings("ignore", message="Was asked to gather along dimension 0")
@@ -284,6 +284,43 @@ difference = examples.max_grad_difference(model, oracle)
 print(f"after the penalty's backward: max |grad difference| vs the oracle = {difference:.0e}")
 
 # %% [markdown]
+# ## Write it yourself
+# Write each function's body in place of its stub, then run the check cell below it.
+#
+# ### Exercise: reduce-add
+# Write `reduce_add(grads_per_replica)`: `grads_per_replica[r][j]` is replica r's gradient of parameter j.
+# Return one tensor per parameter: the gradient your model's parameter gets in backward.
+
+# %% tags=["solution"]
+def reduce_add(grads_per_replica):
+    """Broadcast's backward: every parameter's gradients from all replicas, summed."""
+    ### BEGIN SOLUTION
+    return [sum(same_parameter) for same_parameter in zip(*grads_per_replica)]
+    ### END SOLUTION
+
+
+# %%
+exercises.check("reduce_add", reduce_add)
+
+# %% [markdown]
+# ### Exercise: gather's backward
+# Write `split_gradient(grad, sizes)`: the gradient of the gathered output, cut into one piece per replica;
+# replica i produced `sizes[i]` rows of the output and gets the gradient of exactly those rows.
+
+# %% tags=["solution"]
+def split_gradient(grad, sizes):
+    """Gather's backward: the output's gradient split back into the replicas' chunks, in replica order."""
+    ### BEGIN SOLUTION
+    starts = [sum(sizes[:i]) for i in range(len(sizes))]
+    return [grad[start:start + size] for start, size in zip(starts, sizes)]
+    ### END SOLUTION
+
+
+# %%
+exercises.check("split_gradient", split_gradient)
+
+
+# %% [markdown]
 # ## Summary
 # - `Gather.backward` splits the gradient with the recorded sizes and sends each replica its own rows.
 # - `Broadcast.backward` **sums** the copies' gradients into your model's parameters on `devices[0]`; nothing
@@ -302,15 +339,15 @@ print(f"after the penalty's backward: max |grad difference| vs the oracle = {dif
 
 # %% tags=["solution"]
 def sample_weights(batch, n):
-    per_sample = torch.ones(batch, requires_grad=True)
-    dpcourse.DataParallel(ChunkMean(), devices=dpcourse.devices(n))(per_sample).mean().backward()
-    return per_sample.grad
+    """The weight of each sample's loss in the mean of the replicas' chunk means."""
+    ### BEGIN SOLUTION
+    sizes = [len(chunk) for chunk in torch.arange(batch).chunk(n)]
+    return torch.tensor([1 / (len(sizes) * size) for size in sizes for _ in range(size)])
+    ### END SOLUTION
 
 
 # %%
-assert torch.allclose(sample_weights(9, 2), torch.tensor([1 / 10] * 5 + [1 / 8] * 4))
-assert torch.allclose(sample_weights(8, 4), torch.full((8,), 1 / 8))
-print("exercise 1: 9 rows on 2 devices weigh", [f"1/{round(1 / w)}" for w in sample_weights(9, 2).tolist()])
+exercises.check("sample_weights", sample_weights)
 
 # %% tags=["solution"]
 model = examples.make_model()

@@ -17,7 +17,7 @@ from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 import dpcourse
-from dpcourse import examples, quiz
+from dpcourse import examples, exercises, quiz
 
 # Replicas that return a scalar get lesson 05's "all input tensors were scalars" warning; it is known here.
 warnings.filterwarnings("ignore", message="Was asked to gather along dimension 0")
@@ -390,7 +390,51 @@ for i, (piece,) in enumerate(dpcourse.scatter((packed,), dpcourse.devices(2))):
 
 # %% [markdown]
 # Pack inside `forward`, as `Tagger` does.
+
+
+# %% [markdown]
+# ## Write it yourself
+# Write each function's body in place of its stub, then run the check cell below it.
 #
+# ### Exercise: a training loop on n devices
+# Write `train_on_devices(model, x, y, n, steps, lr)`: train `model` for `steps` steps of plain SGD
+# (`p -= lr * p.grad`, or `examples.sgd_step(model, lr)`) on the batch `x, y`, with `dpcourse.DataParallel` on
+# `n` devices, and return the model. The check compares the weights with the same steps on one device.
+
+# %% tags=["solution"]
+def train_on_devices(model, x, y, n, steps, lr):
+    """`steps` SGD steps of DataParallel training on one batch; the model is updated in place and returned."""
+    ### BEGIN SOLUTION
+    dp = dpcourse.DataParallel(model, devices=dpcourse.devices(n))
+    for _ in range(steps):
+        model.zero_grad()
+        examples.loss_fn(dp(x), y).backward()
+        examples.sgd_step(model, lr)
+    return model
+    ### END SOLUTION
+
+
+# %%
+exercises.check("train_on_devices", train_on_devices)
+
+# %% [markdown]
+# ### Exercise: strip the prefix
+# Write `bare_state_dict(state_dict)`: a `state_dict` saved from a DataParallel model, with the `module.` that
+# DataParallel put at the start of each key removed, so that it loads into the bare model.
+
+# %% tags=["solution"]
+def bare_state_dict(state_dict):
+    """A DataParallel checkpoint's entries under the bare model's keys."""
+    ### BEGIN SOLUTION
+    return {key.removeprefix("module."): value for key, value in state_dict.items()}
+    ### END SOLUTION
+
+
+# %%
+exercises.check("bare_state_dict", bare_state_dict)
+
+
+# %% [markdown]
 # ## Summary
 # - A DataParallel loop tracks the one-device loop: one set of parameters, one optimizer, on `devices[0]`.
 # - `state_dict()` keys start with `module.`: save `dp.module.state_dict()`, or strip the prefix on load.

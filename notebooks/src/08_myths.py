@@ -27,7 +27,7 @@ import torch
 from torch import nn
 
 import dpcourse
-from dpcourse import examples, quiz
+from dpcourse import examples, exercises, quiz
 
 # %% [markdown]
 # ## Myths, run and corrected
@@ -469,7 +469,31 @@ print("forwards counted on 2 devices:", counted.counter.item())
 # The articles' other examples need real GPUs to show anything: Example 2 of "Why is training not starting with nn.DataParallel?" (a 572 MiB model at
 # batch 16) is taken apart in lesson 09, and the `cuda:1` / `device_ids=[2, 0, 1]` placements of "Pytorch Advanced Part-1 DataParallel" in
 # lesson 07.
+
+
+# %% [markdown]
+# ## Write it yourself
+# Write the function's body in place of its stub, then run the check cell below it.
 #
+# ### Exercise: a loss that survives uneven chunks
+# A common script computes the loss inside `forward`, on each replica's chunk. Write
+# `per_sample_loss(output, target)`: the cross-entropy of the chunk's rows such that gathering the replicas'
+# results and calling `.mean()` gives the full-batch loss, whatever the chunk sizes. The check calls your
+# function once per chunk, gathers with `dpcourse.gather`, and compares.
+
+# %% tags=["solution"]
+def per_sample_loss(output, target):
+    """One cross-entropy loss per row of the chunk: gathered, their mean is the full-batch loss."""
+    ### BEGIN SOLUTION
+    return nn.functional.cross_entropy(output, target, reduction="none")
+    ### END SOLUTION
+
+
+# %%
+exercises.check("per_sample_loss", per_sample_loss)
+
+
+# %% [markdown]
 # ## Summary
 # - DataParallel splits the batch, never the model: every device holds every weight.
 # - Padded batches, custom `nn.Parameter`s and `torch.matmul` need nothing special; plain tensor attributes

@@ -31,7 +31,7 @@ import torch
 from torch import nn
 
 import dpcourse
-from dpcourse import quiz, viz, widgets
+from dpcourse import exercises, quiz, viz, widgets
 from dpcourse.bench.timing import interleaved, wall_time
 from dpcourse.trace import STEPS
 from dpcourse.widgets.timing import busy_seconds
@@ -397,7 +397,31 @@ viz.scaling({n: rounds.samples[str(n)] for n in counts})
 # many interleaved rounds with torch's default threads, for the same kinds of model as above, a wide MLP
 # and a stack of many small layers. Like every timing in this lesson, they time `dpcourse.DataParallel`, not
 # torch's. Run `python -m dpcourse.bench --only cpu` to measure your own machine.
+
+
+# %% [markdown]
+# ## Write it yourself
+# Write the function's body in place of its stub, then run the check cell below it.
 #
+# ### Exercise: bytes per step
+# Write `bytes_per_step(parameter_bytes, n)`: a dict with the bytes one training step on `n` devices copies out
+# to the replicas (key `"replicate"`) and sums back onto `devices[0]` (key `"reduce-add"`), for a model with
+# `parameter_bytes` bytes of parameters.
+
+# %% tags=["solution"]
+def bytes_per_step(parameter_bytes, n):
+    """The bytes replicate sends out and reduce-add brings back in one DataParallel step."""
+    ### BEGIN SOLUTION
+    copies = n - 1  # replica 0 works on the original parameters
+    return {"replicate": copies * parameter_bytes, "reduce-add": copies * parameter_bytes}
+    ### END SOLUTION
+
+
+# %%
+exercises.check("bytes_per_step", bytes_per_step)
+
+
+# %% [markdown]
 # ## Summary
 # - In forward, scatter, replicate and gather run on the main thread and only the replicas' forwards get
 #   threads of their own. In backward, gather's backward and reduce-add run on `devices[0]`'s autograd

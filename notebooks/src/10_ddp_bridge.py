@@ -23,10 +23,11 @@ import multiprocessing
 import os
 import textwrap
 
+import torch
 from IPython.display import display
 
 import dpcourse
-from dpcourse import costmodel, ddp, examples, quiz, viz, widgets
+from dpcourse import costmodel, ddp, examples, exercises, quiz, viz, widgets
 
 # %% [markdown]
 # ## From threads to processes
@@ -381,6 +382,61 @@ widgets.CostModelCalculator()
 # `device_ids` unset; the DDP tutorial's "Combining DDP with Model Parallelism"), but every rank still holds
 # a whole copy of the model across its GPUs. Spreading one copy's parameters, gradients and optimizer
 # state over the ranks takes sharding (FSDP).
+
+# %% [markdown]
+# ## Write it yourself
+# Write each function's body in place of its stub, then run the check cell below it.
+#
+# ### Exercise: a ring all-reduce
+# DDP sums gradients with an all-reduce; NCCL's classic algorithm is a ring. Simulate it on a list:
+# `tensors[r]` is rank r's gradient. Cut every tensor into n pieces (`tensor_split(n)`). In **reduce-scatter**,
+# n - 1 steps, every rank sends one piece to rank r + 1 (mod n), which adds it to its own; afterwards each rank
+# holds one piece of the total. In **all-gather**, n - 1 more steps pass the finished pieces around the ring.
+# Write `ring_all_reduce(tensors)` returning `(results, transfers)`: every rank's final tensor, and how many
+# pieces each rank sent.
+
+# %% tags=["solution"]
+def ring_all_reduce(tensors):
+    """A ring all-reduce, simulated: every rank ends with the sum, after sending 2(n - 1) pieces."""
+    ### BEGIN SOLUTION
+    n = len(tensors)
+    pieces = [list(t.clone().tensor_split(n)) for t in tensors]  # pieces[rank][k]
+    transfers = [0] * n
+    for phase in ("reduce-scatter", "all-gather"):
+        for step in range(n - 1):
+            # rank r sends piece k; all ranks send at once, so read every piece before writing any
+            k_of = [(r - step) % n if phase == "reduce-scatter" else (r + 1 - step) % n for r in range(n)]
+            sent = [pieces[r][k_of[r]].clone() for r in range(n)]
+            for r in range(n):
+                receiver, k = (r + 1) % n, k_of[r]
+                pieces[receiver][k] = pieces[receiver][k] + sent[r] if phase == "reduce-scatter" else sent[r]
+                transfers[r] += 1
+    return [torch.cat(p) for p in pieces], transfers
+    ### END SOLUTION
+
+
+# %%
+exercises.check("ring_all_reduce", ring_all_reduce)
+
+# %% [markdown]
+# ### Exercise: DistributedSampler's shards
+# Write `distributed_indices(batch, rank, world)`: the indices `DistributedSampler(range(batch),
+# num_replicas=world, rank=rank, shuffle=False)` gives rank `rank`, computed by hand. Every rank gets the same
+# number of samples, so the list of indices is first padded by repeating its start.
+
+# %% tags=["solution"]
+def distributed_indices(batch, rank, world):
+    """Rank `rank`'s share of `batch` samples over `world` ranks, padded so every rank gets as many."""
+    ### BEGIN SOLUTION
+    per_rank = -(-batch // world)
+    padded = [i % batch for i in range(per_rank * world)]  # 0..batch-1, then again from 0
+    return padded[rank::world]
+    ### END SOLUTION
+
+
+# %%
+exercises.check("distributed_indices", distributed_indices)
+
 
 # %% [markdown]
 # ## Summary

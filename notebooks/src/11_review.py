@@ -9,14 +9,10 @@
 # %%
 import csv
 import tempfile
-import warnings
 from pathlib import Path
 
-import torch
-from torch import nn
-
 import dpcourse
-from dpcourse import examples, quiz
+from dpcourse import examples, exercises, quiz
 
 # %% [markdown]
 # ## Review quiz
@@ -107,68 +103,46 @@ print("...", len(rows) - 1, "questions in all")
 #   gradients are summed into the one real model, which is why DataParallel matches one device.
 # - Every pitfall comes from one of those sentences: chunking, shallow copies rebuilt each step, threads, or
 #   concatenation onto device 0.
+
+
+# %% [markdown]
+# ## Write it yourself
+# Each exercise needs two lessons at once. Write the function's body in place of its stub, then run the check
+# cell below it.
 #
-# ## Exercises
-# 1. Write `chunk_sizes(batch, n)` without torch: the rows each replica gets.
-# 2. Write `scalar_output_shape(batch, n)`: the shape of `dp(x)` when the module returns a 0-d tensor.
-# 3. Write `after_forwards(k, n)`: the values of an `int` counter and of a registered buffer, each incremented
-#    by 1 in `forward`, after k forwards on n devices, as a pair.
-
-# %% tags=["solution"]
-def chunk_sizes(batch, n):
-    size = -(-batch // n)  # ceil(batch / n)
-    return [min(size, batch - start) for start in range(0, batch, size)] if batch else [0] * n
-
-
-# %%
-for batch in range(0, 17):
-    for n in range(1, 6):
-        expected = [len(chunk) for chunk in dpcourse.scatter(torch.zeros(batch), dpcourse.devices(n))]
-        assert chunk_sizes(batch, n) == expected, (batch, n, chunk_sizes(batch, n), expected)
-print("exercise 1: chunk_sizes agrees with scatter for batches 0-16 on 1-5 devices")
+# ### Exercise: the shape of a gathered scalar
+# Write `scalar_output_shape(batch, n)`: the shape of `dp(x)`, as a tuple, when `x` has `batch` rows, `dp` runs
+# on `n` devices, and the module returns `x.mean()`, a 0-d tensor (lessons 02 and 05).
 
 # %% tags=["solution"]
 def scalar_output_shape(batch, n):
-    return () if n == 1 else (len(chunk_sizes(batch, n)),)  # one device: no gather, no vector
+    """The shape of the gathered output when every replica returns a 0-d tensor."""
+    ### BEGIN SOLUTION
+    if n == 1:
+        return ()  # one device: the module itself runs, nothing is gathered
+    size = -(-batch // n)  # torch.chunk's chunk size, ceil(batch / n)
+    return (-(-batch // size),)  # one element per chunk, and there may be fewer chunks than devices
+    ### END SOLUTION
 
 
 # %%
-class MeanOf(nn.Module):
-    def forward(self, x):
-        return x.mean()
+exercises.check("scalar_output_shape", scalar_output_shape)
 
-
-with warnings.catch_warnings():
-    warnings.simplefilter("ignore")  # the scalar warning of lesson 05
-    for batch, n in [(10, 4), (6, 4), (9, 4), (8, 1), (3, 2)]:
-        actual = tuple(dpcourse.DataParallel(MeanOf(), devices=dpcourse.devices(n))(torch.ones(batch, 2)).shape)
-        assert scalar_output_shape(batch, n) == actual, (batch, n, actual)
-print("exercise 2: scalar_output_shape agrees with DataParallel in every case")
+# %% [markdown]
+# ### Exercise: what survives the replicas
+# A module counts its forwards twice: `self.calls += 1` on an `int` attribute, and `self.forwards += 1` on a
+# registered buffer. Write `after_forwards(k, n)`: the pair `(calls, forwards)` read on the model after `k`
+# forwards on `n` devices (lessons 03 and 08).
 
 # %% tags=["solution"]
 def after_forwards(k, n):
-    counter = k if n == 1 else 0  # rebinding on a throwaway replica is lost; one device has no replicas
-    buffer = k  # in place on replica 0's buffer, which is the model's own
-    return counter, buffer
+    """The model's int counter and buffer counter after k forwards of DataParallel on n devices."""
+    ### BEGIN SOLUTION
+    calls = k if n == 1 else 0  # rebinding on a throwaway replica is lost; one device has no replicas
+    forwards = k  # in place on replica 0's buffer, which is the model's own
+    return calls, forwards
+    ### END SOLUTION
 
 
 # %%
-class Counts(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.calls = 0
-        self.register_buffer("forwards", torch.zeros((), dtype=torch.long))
-
-    def forward(self, x):
-        self.calls += 1
-        self.forwards += 1
-        return x
-
-
-for k, n in [(3, 1), (3, 2), (2, 4)]:
-    counts = Counts()
-    dp_counts = dpcourse.DataParallel(counts, devices=dpcourse.devices(n))
-    for _ in range(k):
-        dp_counts(torch.zeros(8, 1))
-    assert after_forwards(k, n) == (counts.calls, counts.forwards.item()), (k, n, counts.calls, counts.forwards)
-print("exercise 3: after_forwards agrees with DataParallel in every case")
+exercises.check("after_forwards", after_forwards)

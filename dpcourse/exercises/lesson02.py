@@ -1,0 +1,62 @@
+"""Lesson 02's exercises: the torch.chunk rule, and chunks that are views of the batch."""
+
+import torch
+
+from .check import Case, Exercise, equals
+from .registry import register
+
+
+def _chunk_sizes(batch: int, n: int) -> list[int]:
+    return [len(chunk) for chunk in torch.arange(batch).chunk(n)]
+
+
+register(Exercise(
+    name="chunk_sizes",
+    task="Write chunk_sizes(batch, n): how many rows each replica gets when `batch` rows are scattered over "
+         "`n` devices (the torch.chunk rule).",
+    cases=lambda: [
+        Case("8 rows on 2 devices", (8, 2)),
+        Case("10 rows on 4 devices", (10, 4),
+             "torch.chunk makes chunks of ceil(10 / 4) = 3 rows, the last one shorter"),
+        Case("6 rows on 4 devices", (6, 4), "chunks of ceil(6 / 4) = 2 rows: only 3 chunks, one device idles"),
+        Case("3 rows on 4 devices", (3, 4), "a device gets no chunk at all rather than an empty one"),
+        Case("7 rows on 3 devices", (7, 3)),
+    ],
+    judge=equals(_chunk_sizes),
+))
+
+
+def _views_judge(case: Case, answer) -> str | None:
+    x, n = case.args
+    expected = x.chunk(n)
+    if not isinstance(answer, (list, tuple)) or len(answer) != len(expected):
+        found = f"{len(answer)} chunks" if isinstance(answer, (list, tuple)) else type(answer).__name__
+        return f"expected {len(expected)} chunks (sizes {[len(c) for c in expected]}), got {found}"
+    start = 0
+    for i, (want, got) in enumerate(zip(expected, answer, strict=True)):
+        if not isinstance(got, torch.Tensor) or got.shape != want.shape or not torch.equal(got, want):
+            shape = list(got.shape) if isinstance(got, torch.Tensor) else type(got).__name__
+            rows = f"rows {start} to {start + len(want) - 1} of x (shape {list(want.shape)})"
+            return f"chunk {i}: expected {rows}, got {shape}"
+        if got.data_ptr() != want.data_ptr():
+            return f"chunk {i} is a copy: it should be a view of x's memory, like x[{start}:{start + len(want)}]"
+        start += len(want)
+    return None
+
+
+def _rows(batch: int, features: int, seed: int) -> torch.Tensor:
+    return torch.randn(batch, features, generator=torch.Generator().manual_seed(seed))
+
+
+register(Exercise(
+    name="scatter_rows",
+    task="Write scatter_rows(x, n): the chunks torch.chunk would give, as views of x (no copies), "
+         "by slicing x's rows.",
+    cases=lambda: [
+        Case("10 rows on 4 devices", (_rows(10, 3, 0), 4), "slice x[start:start + size]: a slice is a view"),
+        Case("8 rows on 2 devices", (_rows(8, 2, 1), 2)),
+        Case("6 rows on 4 devices", (_rows(6, 2, 2), 4), "the torch.chunk rule gives 3 chunks of 2 rows here"),
+        Case("1 row on 3 devices", (_rows(1, 4, 3), 3)),
+    ],
+    judge=_views_judge,
+))

@@ -1,0 +1,72 @@
+"""Lesson 03's exercises: replica 0 aliases the original parameters, and what replication copies."""
+
+import itertools
+
+import torch
+
+from .. import examples
+from .check import Case, Exercise, equals
+from .registry import register
+
+
+def _replicas_judge(case: Case, answer) -> str | None:
+    params, n = case.args
+    if not isinstance(answer, (list, tuple)) or len(answer) != n:
+        found = f"{len(answer)} lists" if isinstance(answer, (list, tuple)) else type(answer).__name__
+        return f"expected {n} lists of parameters, one per replica, got {found}"
+    for r, replica in enumerate(answer):
+        if len(replica) != len(params):
+            return f"replica {r} has {len(replica)} tensors, expected {len(params)}"
+        for j, (original, copy) in enumerate(zip(params, replica, strict=True)):
+            if r == 0 and copy is not original:
+                return f"replica 0, tensor {j} is not the original tensor: replica 0 must reuse it, not copy it"
+            if r == 0:
+                continue
+            if copy.data_ptr() == original.data_ptr():
+                return f"replica {r}, tensor {j} shares the original's memory: every other replica needs its own copy"
+            if copy.shape != original.shape or not torch.equal(copy, original):
+                return f"replica {r}, tensor {j} does not hold the original's values"
+            if original.requires_grad and copy.grad_fn is None:
+                return (f"replica {r}, tensor {j} is cut off from the original: its gradient could not flow back "
+                        f"(clone keeps the link, detach cuts it)")
+    return None
+
+
+def _parameter_cases() -> list[Case]:
+    params = list(examples.make_model().parameters())
+    pair = [torch.ones(2, 3, requires_grad=True), torch.arange(4.0, requires_grad=True)]
+    return [
+        Case("the course model on 1 device", (params, 1), "one replica: the original tensors themselves"),
+        Case("the course model on 2 devices", (list(examples.make_model().parameters()), 2),
+             "list 0 holds the original tensors; lists 1, 2, ... hold clones"),
+        Case("two tensors on 4 devices", (pair, 4)),
+    ]
+
+
+register(Exercise(
+    name="replicate_parameters",
+    task="Write replicate_parameters(params, n): n lists of tensors, one per replica. List 0 holds the original "
+         "tensors themselves; the others hold fresh copies that gradients can flow back through.",
+    cases=_parameter_cases,
+    judge=_replicas_judge,
+))
+
+
+def _replicate_bytes(model: torch.nn.Module, n: int) -> int:
+    tensors = itertools.chain(model.parameters(), model.buffers())
+    return (n - 1) * sum(t.numel() * t.element_size() for t in tensors)
+
+
+register(Exercise(
+    name="replicate_bytes",
+    task="Write replicate_bytes(model, n): how many bytes replicating `model` onto n devices copies "
+         "(parameters and buffers).",
+    cases=lambda: [
+        Case("the course model on 1 device", (examples.make_model(), 1), "replica 0 copies nothing"),
+        Case("the course model on 4 devices", (examples.make_model(), 4),
+             "replica 0 reuses the original: 3 copies, each of every parameter's numel() * element_size() bytes"),
+        Case("the BatchNorm model on 3 devices", (examples.make_model(batchnorm=True), 3),
+             "buffers are copied too: running_mean, running_var and the int64 num_batches_tracked"),
+    ],
+    judge=equals(_replicate_bytes),
+))

@@ -1,0 +1,84 @@
+"""Lesson 05's exercises: concatenating the replicas' tensors, and gathering nested outputs."""
+
+import warnings
+from collections import namedtuple
+
+import torch
+
+from ..scatter_gather import gather
+from .check import Case, Exercise, first_difference
+from .registry import register
+
+Pair = namedtuple("Pair", ["logits", "features"])
+
+
+def _gathered(outputs: list):
+    with warnings.catch_warnings():  # scalars become a vector with a warning: expected here
+        warnings.simplefilter("ignore")
+        return gather(outputs, "cpu")
+
+
+def _values(seed: int, *shapes: tuple[int, ...], dtype: torch.dtype = torch.float32) -> list[torch.Tensor]:
+    generator = torch.Generator().manual_seed(seed)
+    return [torch.randn(shape, generator=generator).to(dtype) for shape in shapes]
+
+
+def _same_structure(expected, got, where: str = "output") -> str | None:
+    """Like ``first_difference``, but the containers' types must match too (a namedtuple stays one)."""
+    if expected is None:
+        return None if got is None else f"{where}: expected None, got {type(got).__name__}"
+    if isinstance(expected, torch.Tensor):
+        return first_difference(expected, got, where)
+    if type(got) is not type(expected):
+        return f"{where}: expected a {type(expected).__name__}, got {type(got).__name__}"
+    if isinstance(expected, dict):
+        if list(got) != list(expected):
+            return f"{where}: expected keys {list(expected)}, got {list(got)}"
+        return next((d for k in expected if (d := _same_structure(expected[k], got[k], f"{where}[{k!r}]"))), None)
+    if len(got) != len(expected):
+        return f"{where}: expected {len(expected)} items, got {len(got)}"
+    pairs = enumerate(zip(expected, got, strict=True))
+    return next((d for i, (e, g) in pairs if (d := _same_structure(e, g, f"{where}[{i}]"))), None)
+
+
+def _judge(case: Case, answer) -> str | None:
+    (outputs,) = case.args
+    return _same_structure(_gathered(outputs), answer)
+
+
+register(Exercise(
+    name="gather_tensors",
+    task="Write gather_tensors(outputs): the replicas' output tensors concatenated along dim 0, with 0-d tensors "
+         "(one loss per replica) turned into a vector, and the first output's dtype.",
+    cases=lambda: [
+        Case("chunks of 3, 3, 3, 1 rows", (_values(0, (3, 4), (3, 4), (3, 4), (1, 4)),)),
+        Case("one 0-d loss per replica", (_values(1, (), (), ()),),
+             "torch.cat refuses 0-d tensors: view each one as a 1-element vector first"),
+        Case("float32 then float64", ([*_values(2, (2, 3)), *_values(3, (1, 3), dtype=torch.float64)],),
+             "torch.cat promotes to float64; gather keeps the first output's dtype"),
+        Case("a single replica", (_values(4, (5, 2)),)),
+    ],
+    judge=_judge,
+))
+
+
+def _structure_cases() -> list[Case]:
+    a, b, c = _values(5, (2, 3), (2, 3), (1, 3))
+    la, lb = _values(6, (2,), (1,))
+    return [
+        Case("a dict per replica", ([{"out": a, "loss": la}, {"out": c, "loss": lb}],),
+             "rebuild a dict with the same keys, gathering each key's values"),
+        Case("a namedtuple per replica", ([Pair(a, b), Pair(c, c)],),
+             "a namedtuple's type takes its fields as separate arguments: type(first)(*items)"),
+        Case("a tuple with None", ([(a, None), (b, None)],), "replica 0's None gives None"),
+        Case("a list of dicts", ([[{"x": a}], [{"x": b}]],), "recurse: gather each position of the list"),
+    ]
+
+
+register(Exercise(
+    name="gather_structure",
+    task="Write gather_structure(outputs): combine one output per replica that may be a tensor (concatenate on "
+         "dim 0), None, or a dict, tuple, list or namedtuple of these, keeping the first output's structure.",
+    cases=_structure_cases,
+    judge=_judge,
+))

@@ -1,0 +1,342 @@
+"""Every checked exercise can pass, can be left alone, and can fail.
+
+- the solution written in the lesson source (the code between its ``### BEGIN SOLUTION`` markers, run with the
+  lesson's imports) passes every case;
+- a stub that still raises ``NotImplementedError`` reads "not attempted yet", with nothing failed;
+- planted wrong answers, the mistakes each exercise is there to catch, fail;
+- a learner's function that raises shows one line, "raised X: message", never a traceback.
+"""
+
+import ast
+import math
+import re
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+import jupytext
+import pytest
+import torch
+from torch import nn
+
+from dpcourse import examples, exercises
+from dpcourse.exercises import registry
+from dpcourse.exercises.check import FAILED, NOT_ATTEMPTED, PASSED, run
+
+SOURCES = Path(__file__).parent.parent / "notebooks" / "src"
+LESSON_IMPORTS = "import torch\nfrom torch import nn\nimport dpcourse\nfrom dpcourse import examples\n"
+
+
+def _imports(notebook) -> str:
+    """The lesson's own top-level import statements (a solution may use `threading`, say)."""
+    lines = []
+    for cell in notebook.cells:
+        if cell.cell_type != "code":
+            continue
+        for node in ast.parse(cell.source).body:
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                lines.append(ast.unparse(node))
+    return "\n".join(lines) + "\n"
+
+
+def _lesson_solutions() -> tuple[dict[str, Callable], dict[str, str]]:
+    """Each marked solution function in the lesson sources, by name, and the source file it is in."""
+    solutions, lessons = {}, {}
+    for path in sorted(SOURCES.glob("*.py")):
+        if path.name.startswith("12"):  # the capstone's pieces: see test_capstone.py
+            continue
+        notebook = jupytext.read(path)
+        imports = _imports(notebook)
+        for cell in notebook.cells:
+            if "solution" not in cell.metadata.get("tags", []) or "### BEGIN SOLUTION" not in cell.source:
+                continue
+            name = re.search(r"^def (\w+)\(", cell.source, re.M).group(1)
+            namespace: dict = {}
+            exec(LESSON_IMPORTS + imports + cell.source, namespace)
+            solutions[name], lessons[name] = namespace[name], path.name
+    return solutions, lessons
+
+
+registry._load()
+SOLUTIONS, LESSONS = _lesson_solutions()
+# The capstone's six pieces are tested in test_capstone.py, with its own planted mistakes.
+NAMES = sorted(name for name in registry.EXERCISES if not name.startswith("capstone_"))
+
+
+def test_every_lesson_01_to_11_has_exercises_and_the_course_has_20_or_more() -> None:
+    assert len(registry.EXERCISES) >= 20
+    assert {LESSONS.get(name, "missing")[:2] for name in NAMES} >= {f"{n:02}" for n in range(1, 12)}
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_each_exercise_has_a_solution_and_a_check_cell_in_its_lesson(name: str) -> None:
+    assert name in SOLUTIONS, f"no solution cell defines {name}"
+    assert f'exercises.check("{name}", {name})' in (SOURCES / LESSONS[name]).read_text()
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_the_lessons_solution_passes(name: str) -> None:
+    report = exercises.check(name, SOLUTIONS[name])
+    assert report.status == PASSED, repr(report)
+    assert "✓" in repr(report) and "failed" not in repr(report)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_an_untouched_stub_is_not_attempted_yet(name: str) -> None:
+    def stub(*args):
+        raise NotImplementedError(f"write {name}")
+
+    report = exercises.check(name, stub)
+    assert report.status == NOT_ATTEMPTED and not report.outcomes
+    assert repr(report).startswith(f"{name}: not attempted yet.")
+    assert "not attempted yet" in report._repr_html_()
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_a_raising_answer_shows_one_line_and_no_traceback(name: str) -> None:
+    def broken(*args):
+        raise ValueError("bad value\nsecond line")
+
+    report = exercises.check(name, broken)
+    assert report.status == FAILED
+    assert {outcome.detail for outcome in report.outcomes} == {"raised ValueError: bad value"}
+    assert "Traceback" not in repr(report) + report._repr_html_() and "second line" not in repr(report)
+
+
+# Planted wrong answers: the mistakes each exercise must catch (issue 13 names averaging instead of summing,
+# no replica-0 aliasing, tensor_split instead of chunk, gradients sent to the wrong replica).
+
+def _sum_loss_gradients(model, x, y):
+    loss = nn.functional.cross_entropy(model(x), y, reduction="sum")
+    return list(torch.autograd.grad(loss, list(model.parameters())))
+
+
+def _first_half_gradients(model, x, y):
+    half = max(1, len(x) // 2)
+    return list(torch.autograd.grad(examples.loss_fn(model(x[:half]), y[:half]), list(model.parameters())))
+
+
+def _sizes_of(chunks):
+    return [len(chunk) for chunk in chunks]
+
+
+def _one_thread_for_all(functions, inputs):
+    outputs = []
+    thread = threading.Thread(target=lambda: outputs.extend(f(x) for f, x in zip(functions, inputs, strict=True)))
+    thread.start()
+    thread.join()
+    return outputs
+
+
+def _threads_one_at_a_time(functions, inputs):
+    outputs = [None] * len(functions)
+    for i in range(len(functions)):
+        thread = threading.Thread(target=lambda i=i: outputs.__setitem__(i, functions[i](inputs[i])))
+        thread.start()
+        thread.join()
+    return outputs
+
+
+def _threads_even_for_one(functions, inputs):
+    outputs = [None] * len(functions)
+    threads = [threading.Thread(target=lambda i=i: outputs.__setitem__(i, functions[i](inputs[i])))
+               for i in range(len(functions))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return outputs
+
+
+def _mode_read_when_called(function):
+    def wrapper(*args):
+        with torch.set_grad_enabled(torch.is_grad_enabled()):
+            return function(*args)
+
+    return wrapper
+
+
+def _always_grad(function):
+    def wrapper(*args):
+        with torch.enable_grad():
+            return function(*args)
+
+    return wrapper
+
+
+def _cat_promoting(outputs):
+    return torch.cat([out.reshape(-1, *out.shape[1:]) if out.dim() else out.reshape(1) for out in outputs])
+
+
+def _gather_without_namedtuples(outputs):
+    first = outputs[0]
+    if first is None:
+        return None
+    if isinstance(first, torch.Tensor):
+        return torch.cat(outputs)
+    if isinstance(first, dict):
+        return {key: _gather_without_namedtuples([out[key] for out in outputs]) for key in first}
+    return tuple(_gather_without_namedtuples(items) for items in zip(*outputs, strict=True))
+
+
+def _gather_without_none(outputs):
+    first = outputs[0]
+    if isinstance(first, torch.Tensor):
+        return torch.cat(outputs)
+    if isinstance(first, dict):
+        return {key: _gather_without_none([out[key] for out in outputs]) for key in first}
+    items = [_gather_without_none(same) for same in zip(*outputs, strict=True)]
+    return type(first)(*items) if hasattr(first, "_fields") else type(first)(items)
+
+
+def _train(divide_by_n: bool = False, zero_grad: bool = True):
+    def train_on_devices(model, x, y, n, steps, lr):
+        import dpcourse
+
+        dp = dpcourse.DataParallel(model, devices=dpcourse.devices(n))
+        for _ in range(steps):
+            if zero_grad:
+                model.zero_grad()
+            (examples.loss_fn(dp(x), y) / (n if divide_by_n else 1)).backward()
+            examples.sgd_step(model, lr)
+        return model
+
+    return train_on_devices
+
+
+def _all_to_all(tensors):
+    n = len(tensors)
+    total = torch.stack(tensors).sum(0)
+    return [total.clone() for _ in range(n)], [n * (n - 1)] * n  # every rank sends its n pieces to n - 1 ranks
+
+
+def _reduce_scatter_only(tensors):
+    n = len(tensors)
+    pieces = [list(t.clone().tensor_split(n)) for t in tensors]
+    for step in range(n - 1):
+        sent = [pieces[r][(r - step) % n].clone() for r in range(n)]
+        for r in range(n):
+            pieces[(r + 1) % n][(r - step) % n] += sent[r]
+    return [torch.cat(p) for p in pieces], [n - 1] * n
+
+
+WRONG: dict[str, dict[str, Callable]] = {
+    "full_batch_gradients": {"summed loss": _sum_loss_gradients, "half the batch": _first_half_gradients},
+    "chunk_loss_weights": {
+        "1/n (the mean of means)": lambda sizes: [1 / len(sizes)] * len(sizes),
+        "the sizes themselves": lambda sizes: list(sizes),
+    },
+    "chunk_sizes": {
+        "tensor_split instead of chunk": lambda batch, n: _sizes_of(torch.arange(batch).tensor_split(n)),
+        "always n chunks": lambda batch, n: [math.ceil(batch / n)] * (n - 1) + [batch - math.ceil(batch / n) * (n - 1)],
+    },
+    "scatter_rows": {
+        "copies instead of views": lambda x, n: [chunk.clone() for chunk in x.chunk(n)],
+        "tensor_split instead of chunk": lambda x, n: list(x.tensor_split(n)),
+    },
+    "replicate_parameters": {
+        "no replica-0 aliasing": lambda params, n: [[p.clone() for p in params] for _ in range(n)],
+        "every replica aliases the originals": lambda params, n: [list(params) for _ in range(n)],
+        "detached copies": lambda params, n: [list(params)] + [[p.detach().clone() for p in params]] * (n - 1),
+    },
+    "replicate_bytes": {
+        "n copies instead of n - 1": lambda model, n: n * sum(
+            t.numel() * t.element_size() for t in [*model.parameters(), *model.buffers()]),
+        "parameters only": lambda model, n: (n - 1) * sum(p.numel() * p.element_size() for p in model.parameters()),
+    },
+    "run_replicas": {
+        "a loop in the caller's thread": lambda fs, xs: [f(x) for f, x in zip(fs, xs, strict=True)],
+        "one thread for all replicas": _one_thread_for_all,
+        "threads one at a time": _threads_one_at_a_time,
+        "a thread even for one replica": _threads_even_for_one,
+    },
+    "in_callers_grad_mode": {
+        "mode read when called": _mode_read_when_called,
+        "the function unchanged": lambda function: function,
+        "grad always on": _always_grad,
+    },
+    "gather_tensors": {
+        "torch.stack": lambda outputs: torch.stack(outputs),
+        "cat that promotes the dtype": _cat_promoting,
+        "cat without the scalar case": lambda outputs: torch.cat(outputs),
+    },
+    "gather_structure": {
+        "namedtuples become tuples": _gather_without_namedtuples,
+        "None not handled": _gather_without_none,
+    },
+    "reduce_add": {
+        "averaging instead of summing": lambda grads: [torch.stack(same).mean(0) for same in zip(*grads, strict=True)],
+        "replica 0's gradients only": lambda grads: list(grads[0]),
+    },
+    "split_gradient": {
+        "gradients sent to the wrong replica": lambda grad, sizes: list(grad.split(sizes[::-1]))[::-1],
+        "torch.chunk instead of the recorded sizes": lambda grad, sizes: list(grad.chunk(len(sizes))),
+    },
+    "sample_weights": {
+        "1/B for every sample": lambda batch, n: torch.full((batch,), 1 / batch),
+        "n devices instead of n chunks": lambda batch, n: torch.tensor(
+            [1 / (n * len(c)) for c in torch.arange(batch).chunk(n) for _ in range(len(c))]),
+    },
+    "train_on_devices": {
+        "gradients never zeroed": _train(zero_grad=False),
+        "loss divided by n (averaging)": _train(divide_by_n=True),
+    },
+    "bare_state_dict": {
+        "prefix kept": lambda state: dict(state),
+        "str.replace removes every 'module.'": lambda state: {k.replace("module.", ""): v for k, v in state.items()},
+    },
+    "per_sample_loss": {
+        "the per-replica mean": lambda output, target: nn.functional.cross_entropy(output, target),
+        "the per-replica sum": lambda output, target: nn.functional.cross_entropy(output, target, reduction="sum"),
+    },
+    "bytes_per_step": {
+        "n copies instead of n - 1": lambda p, n: {"replicate": n * p, "reduce-add": n * p},
+        "reduce-add forgotten": lambda p, n: {"replicate": (n - 1) * p},
+    },
+    "ring_all_reduce": {
+        "everyone sends everything": _all_to_all,
+        "reduce-scatter only": _reduce_scatter_only,
+    },
+    "distributed_indices": {
+        "no padding": lambda batch, rank, world: list(range(rank, batch, world)),
+        "contiguous blocks": lambda batch, rank, world: torch.arange(batch).tensor_split(world)[rank].tolist(),
+    },
+    "scalar_output_shape": {
+        "one element per device": lambda batch, n: () if n == 1 else (n,),
+        "a 0-d tensor whatever n": lambda batch, n: (),
+    },
+    "after_forwards": {
+        "both counters survive": lambda k, n: (k, k),
+        "both counters lost": lambda k, n: (k, k) if n == 1 else (0, 0),
+        "a buffer counted once per replica": lambda k, n: (k if n == 1 else 0, k * n),
+    },
+}
+
+
+def test_every_exercise_has_planted_wrong_answers() -> None:
+    assert set(WRONG) == set(NAMES)
+
+
+@pytest.mark.parametrize(("name", "mistake"), [(name, mistake) for name in WRONG for mistake in WRONG[name]])
+def test_a_planted_wrong_answer_fails(name: str, mistake: str) -> None:
+    report = exercises.check(name, WRONG[name][mistake])
+    assert report.status == FAILED, f"{mistake} passed:\n{report!r}"
+    assert "Traceback" not in repr(report)
+
+
+def test_check_names_the_known_exercises_for_an_unknown_name() -> None:
+    with pytest.raises(KeyError, match="chunk_sizes"):
+        exercises.check("chunk_size", lambda batch, n: [])
+
+
+def test_a_name_is_registered_once() -> None:
+    with pytest.raises(ValueError, match="chunk_sizes"):
+        exercises.register(registry.EXERCISES["chunk_sizes"])
+
+
+def test_a_case_gets_fresh_arguments_every_check() -> None:
+    def trains_in_place(model, x, y, n, steps, lr):
+        return SOLUTIONS["train_on_devices"](model, x, y, n, steps, lr)
+
+    assert run(registry.EXERCISES["train_on_devices"], trains_in_place).passed
+    assert run(registry.EXERCISES["train_on_devices"], trains_in_place).passed

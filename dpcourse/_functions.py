@@ -23,7 +23,6 @@ import torch
 from torch.autograd import Function
 
 from .comm import broadcast_coalesced, reduce_add_coalesced
-from .trace import bytes_of, span
 
 SCALAR_GATHER_WARNING = (
     "Was asked to gather along dimension 0, but all input tensors were scalars; "
@@ -47,10 +46,7 @@ class Scatter(Function):
 
     @staticmethod
     def backward(ctx, *grad_chunks):
-        with span("scatter-backward", ctx.input_device, tensors=grad_chunks) as record:
-            if record:
-                record.bytes_copied = bytes_of(grad_chunks)
-            return None, None, None, Gather.apply(ctx.input_device, ctx.dim, *grad_chunks)
+        return None, None, None, Gather.apply(ctx.input_device, ctx.dim, *grad_chunks)
 
 
 class Gather(Function):
@@ -68,21 +64,33 @@ class Gather(Function):
         ctx.input_sizes = [t.size(dim) for t in inputs]
         shape = list(inputs[0].shape)
         shape[dim] = sum(ctx.input_sizes)
-        # Like torch: the result takes the first output's dtype; later outputs are cast as they are copied in.
-        result = torch.empty(shape, dtype=inputs[0].dtype, device=target_device)
+        # Like torch: the result takes the first output's dtype (later outputs are cast as they are copied in)
+        # and its memory format, if every output has that format.
+        result = torch.empty(shape, dtype=inputs[0].dtype, device=target_device, memory_format=_common_format(inputs))
         for part, t in zip(result.split(ctx.input_sizes, dim), inputs, strict=True):
             part.copy_(t, non_blocking=True)
         return result
 
     @staticmethod
     def backward(ctx, grad_output):
-        with span("gather-backward", grad_output.device, tensors=grad_output) as record:
-            grads = Scatter.apply(ctx.input_devices, ctx.input_sizes, ctx.dim, grad_output)
-            if record:
-                record.bytes_copied = bytes_of([g for g in grads if g.device != grad_output.device])
+        grads = Scatter.apply(ctx.input_devices, ctx.input_sizes, ctx.dim, grad_output)
         if ctx.unsqueezed_scalar:
             grads = tuple(g[0] for g in grads)
         return (None, None) + tuple(grads)
+
+
+def _memory_format(tensor: torch.Tensor) -> torch.memory_format:
+    """``channels_last`` for a 4-d (``channels_last_3d`` for a 5-d) tensor laid out that way, else contiguous."""
+    for dims, layout in ((4, torch.channels_last), (5, torch.channels_last_3d)):
+        if tensor.dim() == dims and not tensor.is_contiguous() and tensor.is_contiguous(memory_format=layout):
+            return layout
+    return torch.contiguous_format
+
+
+def _common_format(inputs: tuple[torch.Tensor, ...]) -> torch.memory_format:
+    """The first output's memory format if all share it, else contiguous (torch's C++ ``gather`` does the same)."""
+    first = _memory_format(inputs[0])
+    return first if all(_memory_format(t) == first for t in inputs[1:]) else torch.contiguous_format
 
 
 def _check_same_shape_but_dim(inputs: tuple[torch.Tensor, ...], dim: int) -> None:
@@ -133,10 +141,7 @@ class Broadcast(Function):
 
     @staticmethod
     def backward(ctx, *grad_outputs):
-        with span("reduce-add", ctx.input_device, tensors=grad_outputs[: ctx.num_inputs]) as record:
-            if record:
-                record.bytes_copied = bytes_of(grad_outputs[ctx.num_inputs :])
-            return (None,) + ReduceAdd.apply(ctx.input_device, ctx.num_inputs, *grad_outputs)
+        return (None,) + ReduceAdd.apply(ctx.input_device, ctx.num_inputs, *grad_outputs)
 
 
 class ReduceAdd(Function):

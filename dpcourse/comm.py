@@ -67,23 +67,33 @@ def broadcast_coalesced(tensors: Sequence[torch.Tensor], devices: Sequence[torch
     return copies
 
 
+def _flatten(tensors: Sequence[torch.Tensor]) -> torch.Tensor:
+    """One tensor holding a bucket: the tensor itself when it is alone (sparse ones always are), else a flat copy."""
+    return tensors[0] if len(tensors) == 1 else torch.cat([t.reshape(-1) for t in tensors])
+
+
+def _unflatten(flat: torch.Tensor, like: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+    if len(like) == 1:
+        return [flat]
+    return [part.view_as(t) for part, t in zip(flat.split([t.numel() for t in like]), like, strict=True)]
+
+
 def _sum_bucket(per_replica: Sequence[Sequence[torch.Tensor]], destination: torch.device) -> list[torch.Tensor]:
-    """Add up one bucket's gradients from every replica, on ``destination``."""
-    if len(per_replica[0]) == 1:
-        grads = [replica_grads[0].to(destination) for replica_grads in per_replica]
-        if len(grads) == 1:
-            return [grads[0].clone()]
-        # The first sum makes the new tensor (one pass over memory, no copy first); out of place throughout,
-        # because a sparse gradient may meet a dense one.
-        total = grads[0] + grads[1]
-        for grad in grads[2:]:
-            total = total + grad
-        return [total]
-    shapes = per_replica[0]
-    total = torch.cat([g.reshape(-1) for g in per_replica[0]]).to(destination)
-    for grads in per_replica[1:]:
-        total += torch.cat([g.reshape(-1) for g in grads]).to(destination)
-    return [part.view_as(g) for part, g in zip(total.split([g.numel() for g in shapes]), shapes, strict=True)]
+    """Add up one bucket's gradients from every replica, on ``destination``, into a new tensor.
+
+    The first sum makes the result (one pass over memory, where a copy then an add would be two). Sums stay
+    out of place while the total is sparse, since a sparse gradient may meet a dense one.
+    """
+    flats = [_flatten(grads).to(destination) for grads in per_replica]
+    total = flats[0].clone() if len(flats) == 1 else _add(flats[0], flats[1])
+    for flat in flats[2:]:
+        total = _add(total, flat) if total.is_sparse else total.add_(flat)
+    return _unflatten(total, per_replica[0])
+
+
+def _add(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    # torch adds a sparse tensor to a dense one, but not a dense one to a sparse one
+    return b + a if a.is_sparse and not b.is_sparse else a + b
 
 
 def reduce_add_coalesced(

@@ -13,7 +13,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from .devices import DeviceLike, as_device, as_devices
+from .devices import DeviceLike, as_device, as_devices, usable_gpus
 from .parallel_apply import parallel_apply
 from .replicate import replicate
 from .scatter_gather import gather, scatter_kwargs
@@ -51,7 +51,8 @@ def _check_placement(module: nn.Module, device: torch.device) -> None:
 
 
 def _all_gpus() -> list[int]:
-    return list(range(torch.cuda.device_count())) if torch.cuda.is_available() else []
+    """The GPUs ``devices=None`` means: every GPU dpcourse may use (none when ``DPCOURSE_DEVICES=cpu``)."""
+    return list(range(usable_gpus()))
 
 
 def _checked_devices(devices: Sequence[DeviceLike], caller: str) -> list[torch.device]:

@@ -1,23 +1,25 @@
-"""Step 3 of DataParallel: run every replica on its chunk, one Python thread per replica.
+"""Step 3 of DataParallel: run every replica on its chunk, one new Python thread per replica.
 
 Mirrors ``torch/nn/parallel/parallel_apply.py``. Threads work because the heavy lifting (GPU kernels,
 or CPU matmuls) releases the GIL; the Python code of each forward still runs one thread at a time,
 which is why a model made of many small layers gains little from DataParallel.
+
+Like torch, every call starts its threads and joins them before it returns, so nothing outlives the call:
+a ``forward`` that itself calls DataParallel simply starts threads of its own, and a replica that hangs
+(and is interrupted with Ctrl-C in the caller) leaves no stuck worker behind for the next call.
 """
 
 import contextlib
 import sys
+import threading
 import traceback
 from collections.abc import Sequence
-from functools import partial
 from typing import Any
 
 import torch
 from torch import nn
 
 from .devices import DeviceLike, as_devices
-from .replica_threads import run_on_replica_threads
-from .trace import span, watch_backward
 
 
 class _KeyErrorMessage(str):
@@ -81,8 +83,8 @@ def parallel_apply(
 ) -> list[Any]:
     """Call ``modules[i](*inputs[i], **kwargs_tup[i])`` on ``devices[i]``, all at once, and return the outputs.
 
-    * One thread per replica (``replica-i``, see ``replica_threads``); a single replica runs inline in the
-      calling thread.
+    * One new thread per replica (named ``replica-i``), all joined before returning; a single replica runs
+      inline in the calling thread.
     * Grad mode and autocast are thread-local, so they are read here and switched on again in each thread
       (a new thread starts with grad enabled, even inside ``torch.no_grad()``).
     * A bare input is wrapped as ``(input,)``; a tuple or list is unpacked as positional arguments.
@@ -96,7 +98,9 @@ def parallel_apply(
       falls back to the thread default (float16 on CUDA). dpcourse forwards the flag *and* the dtype.
     * torch catches only ``Exception``: a ``SystemExit`` or ``KeyboardInterrupt`` ends its worker thread and
       the caller gets a bare ``KeyError``. dpcourse re-raises those like any other exception.
-    * torch starts new threads on every call; dpcourse reuses them (``replica_threads`` says why).
+    * CPU replicas share the caller's intra-op threads (``torch.get_num_threads()``) equally, at least one
+      each: otherwise 2 replicas on 2 cores run 4 busy threads that fight over the cores. torch never runs
+      replicas on the CPU, so it has no such rule.
     """
     kwargs_tup = ({},) * len(modules) if kwargs_tup is None else kwargs_tup
     if devices is None:
@@ -107,6 +111,8 @@ def parallel_apply(
     # Streams are thread-local too: take the caller's current stream of each GPU and use it in the worker.
     streams = [torch.cuda.current_stream(d) if d.type == "cuda" else None for d in devices]
     autocast_state = {t: (torch.is_autocast_enabled(t), torch.get_autocast_dtype(t)) for t in {d.type for d in devices}}
+    caller_threads = torch.get_num_threads()
+    cpu_share = max(1, caller_threads // max(1, sum(d.type == "cpu" for d in devices)))
     results: dict[int, Any] = {}
 
     def run_replica(i: int, module: nn.Module, input: Any, kwargs: dict, device: torch.device, stream) -> None:
@@ -115,11 +121,9 @@ def parallel_apply(
         on_device = torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
         on_stream = torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext()
         try:
-            with torch.set_grad_enabled(grad_enabled), on_device, on_stream, autocast:
+            with torch.set_grad_enabled(grad_enabled), on_device, on_stream, autocast, _cpu_threads(device, cpu_share):
                 args = input if isinstance(input, (list, tuple)) else (input,)
-                with span("forward", device, i, tensors=args):
-                    results[i] = module(*args, **kwargs)
-                watch_backward(i, device, results[i], module)
+                results[i] = module(*args, **kwargs)
         except BaseException:  # torch catches only Exception: a SystemExit then kills its thread silently
             results[i] = ReplicaError(i, device)
 
@@ -127,7 +131,15 @@ def parallel_apply(
     if len(jobs) == 1:
         run_replica(*jobs[0])
     else:
-        run_on_replica_threads([partial(run_replica, *job) for job in jobs], [d.type == "cpu" for d in devices])
+        threads = [threading.Thread(target=run_replica, args=job, name=f"replica-{job[0]}") for job in jobs]
+        try:
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+        finally:
+            # set_num_threads also sets the count new threads start with: the caller's, even after Ctrl-C.
+            torch.set_num_threads(caller_threads)
 
     outputs = []
     for i in range(len(jobs)):
@@ -135,3 +147,17 @@ def parallel_apply(
             results[i].reraise()
         outputs.append(results[i])
     return outputs
+
+
+@contextlib.contextmanager
+def _cpu_threads(device: torch.device, share: int):
+    """Run a CPU replica with ``share`` intra-op threads, and give the count back when it is done."""
+    if device.type != "cpu" or torch.get_num_threads() == share:
+        yield
+        return
+    before = torch.get_num_threads()
+    torch.set_num_threads(share)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)

@@ -37,7 +37,6 @@ from torch.nn.parameter import is_lazy
 from ._functions import Broadcast
 from .comm import broadcast_coalesced
 from .devices import DeviceLike, as_devices
-from .trace import bytes_of, span
 
 
 def _broadcast(tensors: list[torch.Tensor], devices: list[torch.device], detach: bool) -> list[list[torch.Tensor]]:
@@ -58,11 +57,24 @@ def _check_replicable(module: nn.Module) -> None:
             f"replicate needs an nn.Module, got {type(module).__name__}. "
             f"Wrap the computation in an nn.Module subclass (or nn.Sequential)."
         )
+    compiled = next((f"submodule {name!r}" if name else "the module" for name, m in module.named_modules()
+                     if _is_compiled(m)), None)
+    if compiled is not None:
+        raise RuntimeError(
+            f"replicate cannot copy {compiled}: it is a torch.compile'd module (an OptimizedModule whose compiled "
+            f"code belongs to the original, not to copies). Wrap the uncompiled module, and compile inside its "
+            f"forward instead: self.body = torch.compile(body_fn)."
+        )
     if any(is_lazy(p) for p in module.parameters()):
         raise RuntimeError(
             "Modules with uninitialized parameters can't be used with `DataParallel`. "
             "Run a dummy forward pass to correctly initialize the modules"
         )
+
+
+def _is_compiled(module: nn.Module) -> bool:
+    # torch._dynamo.eval_frame.OptimizedModule, recognised without importing torch._dynamo (about 2 s).
+    return type(module).__name__ == "OptimizedModule" and hasattr(module, "_orig_mod")
 
 
 def replicate(module: nn.Module, devices: Sequence[DeviceLike], detach: bool = False) -> list[nn.Module]:
@@ -79,14 +91,6 @@ def replicate(module: nn.Module, devices: Sequence[DeviceLike], detach: bool = F
     devices = as_devices(devices)
     if not devices:
         return []
-    tensors = list(module.parameters()) + list(module.buffers())
-    with span("replicate", devices[0], tensors=tensors) as record:
-        if record:
-            record.bytes_copied = (len(devices) - 1) * bytes_of(tensors)
-        return _replicate(module, devices, detach)
-
-
-def _replicate(module: nn.Module, devices: list[torch.device], detach: bool) -> list[nn.Module]:
     params = list(module.parameters())
     param_copies = _broadcast(params, devices, detach)
     buffers = list(module.buffers())

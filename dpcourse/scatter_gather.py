@@ -11,7 +11,6 @@ import torch
 
 from ._functions import Gather, Scatter
 from .devices import DeviceLike, as_device, as_devices
-from .trace import bytes_of, span
 
 
 def _is_namedtuple(obj: Any) -> bool:
@@ -57,10 +56,7 @@ def scatter(inputs: Any, devices: Sequence[DeviceLike], dim: int = 0) -> Any:
     def scatter_map(obj: Any) -> Any:
         if isinstance(obj, torch.Tensor):
             _check_splittable(obj, dim)
-            chunks = Scatter.apply(devices, None, dim, obj)
-            if record:
-                record.bytes_copied += bytes_of([c for c in chunks if c.device != obj.device])
-            return chunks
+            return Scatter.apply(devices, None, dim, obj)
         if _is_namedtuple(obj):
             # strict=False: entries are cut to the shortest leaf, as in torch (see the docstring).
             return [type(obj)(*fields) for fields in zip(*map(scatter_map, obj), strict=False)]
@@ -72,8 +68,12 @@ def scatter(inputs: Any, devices: Sequence[DeviceLike], dim: int = 0) -> Any:
             return [type(obj)(pairs) for pairs in zip(*map(scatter_map, obj.items()), strict=False)]
         return [obj for _ in devices]
 
-    with span("scatter", tensors=inputs) as record:
+    # scatter_map refers to itself, a reference cycle that would outlive the call: break it in `finally`
+    # (torch does the same), so a forward leaves nothing for the garbage collector.
+    try:
         return scatter_map(inputs)
+    finally:
+        scatter_map = None  # noqa: F841
 
 
 def scatter_kwargs(
@@ -105,8 +105,14 @@ def gather(outputs: Sequence[Any], target_device: DeviceLike, dim: int = 0) -> A
     The **first** replica's output decides what happens: a tensor is concatenated along ``dim`` (scalars
     become a vector of length n_replicas, with torch's warning); ``None`` gives ``None`` without looking
     at the others; dicts, namedtuples, tuples and lists are rebuilt with the same type, gathering each
-    entry. In backward the gradient is split with the same sizes and sent back to each replica.
+    entry. Any other object is rebuilt as torch does, ``type(out)(map(gather_map, zip(*outputs)))``: its
+    type is called with the gathered items of iterating it (how a HuggingFace ``DynamicCache`` comes back).
+    In backward the gradient is split with the same sizes and sent back to each replica.
     torch: ``gather`` in ``torch/nn/parallel/scatter_gather.py``.
+
+    Different from torch, on purpose: numbers and strings raise a TypeError that says what to return
+    instead (torch raises "'int' object is not iterable", and silently returns ``"<map object ...>"``
+    for strings).
     """
     target_device = as_device(target_device)
 
@@ -120,19 +126,20 @@ def gather(outputs: Sequence[Any], target_device: DeviceLike, dim: int = 0) -> A
         if isinstance(out, dict):
             _check_same_keys(outputs)
             return type(out)((key, gather_map([d[key] for d in outputs])) for key in out)
+        if isinstance(out, (int, float, complex, str, bytes)):
+            raise TypeError(
+                f"gather cannot combine replica outputs of type {type(out).__name__}. Return tensors "
+                f"(or dicts, tuples, lists of tensors) from forward; a number can be returned as a 0-d tensor."
+            )
         if isinstance(out, (list, tuple)):
             _check_same_length(outputs)
-            entries = map(gather_map, zip(*outputs, strict=True))
-            return type(out)._make(entries) if _is_namedtuple(out) else type(out)(entries)
-        raise TypeError(
-            f"gather cannot combine replica outputs of type {type(out).__name__}. Return tensors "
-            f"(or dicts, tuples, lists of tensors) from forward; a Python number can be returned as a 0-d tensor."
-        )
+        entries = map(gather_map, zip(*outputs, strict=True))
+        return type(out)._make(entries) if _is_namedtuple(out) else type(out)(entries)
 
-    with span("gather", target_device, tensors=outputs) as record:
-        if record:
-            record.bytes_copied = bytes_of(outputs)
+    try:
         return gather_map(outputs)
+    finally:
+        gather_map = None  # noqa: F841  (breaks the closure's cycle, as in scatter)
 
 
 def _check_all_tensors(outputs: Sequence[Any]) -> None:

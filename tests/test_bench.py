@@ -4,7 +4,6 @@
 reach through it (widget explorers that do not exist yet, the GPU copies) are driven directly on CPU.
 """
 
-import importlib
 import json
 import subprocess
 import sys
@@ -13,8 +12,7 @@ from pathlib import Path
 import ipywidgets as w
 import torch
 
-import dpcourse
-from dpcourse.bench import course, gpu, timing, workloads
+from dpcourse.bench import course, gpu, timing
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -35,7 +33,7 @@ def test_quick_run_writes_every_section_and_the_plots(tmp_path):
         assert set(measured["scaling"]["steps"]) == {"single", "dp1", "dp2"}
         assert measured["scaling"]["vs_single"]["dp2"]["median"] > 0
         assert {"scatter", "replicate", "forward", "backward", "reduce-add"} <= set(measured["breakdown"]["2"])
-        assert set(measured["tracing"]["steps"]) == {"off", "span-stubbed", "on"}
+        assert set(measured["tracing"]["steps"]) == {"off", "on"}
     assert ("skipped" in results["gpu"]) != torch.cuda.is_available()
     assert {"notebooks", "widgets"} <= set(results["course"])
     assert all(t["status"] in ("met", "missed", "not measured") for t in results["targets"])
@@ -53,18 +51,6 @@ def test_interleaving_rotates_the_order_and_drops_the_warmup():
     assert {name: len(s) for name, s in measured.samples.items()} == {"a": 3, "b": 3, "c": 3}
     assert len(measured.others) == 3
     assert measured.report("a", "vs_a")["vs_a"]["b"]["median"] == 1.0
-
-
-def test_stubbed_spans_reach_every_module_that_imported_span_and_are_restored():
-    replicate_module = importlib.import_module("dpcourse.replicate")
-    real = replicate_module.span
-    model = torch.nn.Linear(3, 2)
-    with workloads.stubbed_spans():
-        assert replicate_module.span is not real
-        with dpcourse.trace() as t:
-            dpcourse.DataParallel(model, devices=dpcourse.devices(2))(torch.randn(4, 3)).sum().backward()
-    assert t.spans == []
-    assert replicate_module.span is real
 
 
 class FakeExplorer:

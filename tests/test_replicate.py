@@ -137,3 +137,14 @@ def test_tensor_at_reads_parameter_copies_on_replicas():
     replica = dpcourse.replicate(net, dpcourse.devices(2))[1]
     assert tensor_at(net, "fc.weight") is net.fc.weight
     assert tensor_at(replica, "fc.weight") is replica.fc.weight and tensor_at(replica, "bn.running_mean") is not None
+
+
+@pytest.mark.parametrize("where", ["top", "child"])
+def test_a_compiled_module_is_refused_before_anything_is_touched(where):
+    model = nn.Sequential(nn.Linear(2, 2), nn.ReLU())
+    before = {name: p for name, p in model.named_parameters()}
+    wrapped = torch.compile(model) if where == "top" else nn.Sequential(torch.compile(model))
+    expected = "the module" if where == "top" else "submodule '0'"
+    with pytest.raises(RuntimeError, match=f"cannot copy {expected}: it is a torch.compile'd module"):
+        dpcourse.DataParallel(wrapped, devices=dpcourse.devices(2))(torch.randn(4, 2))
+    assert {name: p for name, p in model.named_parameters()} == before

@@ -2,6 +2,7 @@
 
 import collections
 import dataclasses
+import gc
 import math
 import warnings
 
@@ -176,3 +177,56 @@ def test_no_warning_when_outputs_have_a_batch_dimension():
 def test_bad_inputs_get_a_message_that_names_them(call, error, message):
     with pytest.raises(error, match=message):
         call()
+
+
+class Cache:
+    """An output object that is no tensor, dict or sequence, but iterates and is built from an iterable,
+    like transformers' ``DynamicCache``: torch's gather rebuilds it as ``type(out)(map(gather_map, zip(*outputs)))``."""
+
+    def __init__(self, items):
+        self.items = list(items)
+
+    def __iter__(self):
+        return iter(self.items)
+
+
+def test_gather_rebuilds_any_other_object_from_its_items_as_torch_does():
+    pairs = [Cache([torch.zeros(2, 3), torch.ones(2)]), Cache([torch.ones(1, 3), torch.zeros(1)])]
+    gathered = dpcourse.gather(pairs, "cpu")
+    assert type(gathered) is Cache
+    assert [list(t.shape) for t in gathered.items] == [[3, 3], [3]]
+
+
+@pytest.mark.parametrize("output", [3, 2.5, "text"])
+def test_gather_of_numbers_and_strings_says_what_to_return(output):
+    with pytest.raises(TypeError, match=f"type {type(output).__name__}.*0-d tensor"):
+        dpcourse.gather([output, output], "cpu")
+
+
+@pytest.mark.parametrize("layout", [torch.channels_last, torch.contiguous_format])
+def test_gather_keeps_the_memory_format_when_every_output_has_it(layout):
+    outputs = [torch.randn(2, 3, 4, 5).to(memory_format=layout) for _ in range(2)]
+    gathered = dpcourse.gather(outputs, "cpu")
+    assert gathered.is_contiguous(memory_format=layout)
+    mixed = dpcourse.gather([outputs[0], torch.randn(2, 3, 4, 5)], "cpu")
+    assert mixed.is_contiguous()
+
+
+def test_a_forward_and_backward_leave_no_reference_cycles():
+    dp = dpcourse.DataParallel(torch.nn.Linear(4, 2), devices=dpcourse.devices(3))
+    x = {"x": [torch.randn(9, 4)]}
+
+    class Unpack(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.inner = dp
+
+        def forward(self, batch):
+            return {"out": (self.inner(batch["x"][0]),)}
+
+    model = Unpack()
+    gc.collect()
+    out = model(x)
+    assert gc.collect() == 0
+    out["out"][0].sum().backward()
+    assert gc.collect() == 0

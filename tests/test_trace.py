@@ -59,13 +59,41 @@ def test_a_trace_is_plain_data():
     assert set(data["spans"][0]) == {"step", "start", "end", "thread", "replica", "device", "shapes", "bytes_copied"}
 
 
+def core_steps():
+    """What every core module's names for the four steps refer to now."""
+    modules = [importlib.import_module(f"dpcourse.{m}") for m in ("scatter_gather", "replicate", "data_parallel")]
+    return [getattr(m, step, None) for m in modules for step in ("scatter", "replicate", "parallel_apply", "gather")]
+
+
 def test_nothing_is_recorded_outside_a_trace_and_traces_do_not_nest():
-    assert trace_module.span("scatter") is trace_module.span("gather")
+    untouched = core_steps()
     with dpcourse.trace():
+        assert core_steps() != untouched  # the steps are watched only while a trace is open
         with pytest.raises(RuntimeError, match="already open"):
             with dpcourse.trace():
                 pass
+    assert core_steps() == untouched and dpcourse.gather is importlib.import_module("dpcourse.scatter_gather").gather
     assert trace_module._active is None
+
+
+def test_a_backward_after_the_trace_closed_is_not_recorded():
+    dp = dpcourse.DataParallel(nn.Linear(4, 2), devices=dpcourse.devices(2))
+    with dpcourse.trace() as t:
+        out = dp(torch.randn(6, 4))
+    out.sum().backward()
+    assert [s.step for s in t.spans if s.replica is None] == ["scatter", "replicate", "gather"]
+    assert not t.steps("backward")
+
+
+def test_standalone_steps_and_scatter_backward_are_recorded():
+    x = torch.randn(6, 3, requires_grad=True)
+    with dpcourse.trace() as t:
+        chunks = dpcourse.scatter(x, dpcourse.devices(3))
+        dpcourse.gather(list(chunks), "cpu").sum().backward()
+        dpcourse.replicate(nn.Linear(3, 3), dpcourse.devices(2))
+    assert [s.step for s in t.spans] == ["scatter", "gather", "gather-backward", "scatter-backward", "replicate"]
+    assert t.steps("scatter-backward")[0].shapes == [[2, 3]] * 3
+    assert t.steps("replicate")[0].bytes_copied == (9 + 3) * 4
 
 
 def test_duration_is_first_start_to_last_end():

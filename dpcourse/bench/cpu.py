@@ -1,8 +1,9 @@
 """CPU devices: a DataParallel training step on 1, 2, 4 CPU "devices" against the plain single-device step.
 
 The devices are always ``[cpu] * n`` (not ``dpcourse.devices(n)``), so this part measures the same thing
-on a GPU machine. Every replica runs in its own thread and gets an equal share of the intra-op threads
-(``dpcourse/replica_threads.py``); backward on the CPU runs in the calling thread, replica after replica.
+on a GPU machine. Every replica runs in a thread of its own, started for the call, and gets an equal share of
+the intra-op threads (``dpcourse/parallel_apply.py``); backward on the CPU runs in the calling thread, replica
+after replica.
 """
 
 import statistics

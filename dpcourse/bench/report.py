@@ -144,7 +144,7 @@ def cpu_tables(cpu: dict) -> list[str]:
         table("CPU: training step (ms), interleaved; ratio = median over rounds of (variant / single)",
               scaling, ("model", *STEP_COLUMNS)),
         table("CPU: where a traced step goes (median ms; forward/backward span all replicas)", parts, part_columns),
-        table("CPU: tracing off / span() stubbed out / on, 2 devices (ms); ratio = variant / off",
+        table("CPU: tracing off / on, 2 devices (ms); ratio = variant / off",
               tracing, ("model", *STEP_COLUMNS)),
         "Quiet rounds: other processes used under 0.25 cores on average\n" + "\n".join(load),
     ]
@@ -164,7 +164,7 @@ def gpu_tables(gpu: dict) -> list[str]:
         table("GPU: training step (ms, CUDA events); ratio = variant / torch.nn.DataParallel",
               versus, ("case", *STEP_COLUMNS)),
         table(title, copies, ("variant", "median", "GB/s")),
-        table("GPU: tracing off / span() stubbed out / on (ms); ratio = variant / off",
+        table("GPU: tracing off / on (ms); ratio = variant / off",
               tracing, ("model", *STEP_COLUMNS)),
     ]
 

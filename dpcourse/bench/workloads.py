@@ -6,11 +6,8 @@ the thread hand-offs cost on top. The 200-layer model does little arithmetic per
 mostly Python running one thread at a time: DataParallel can only add to it.
 """
 
-import contextlib
 import dataclasses
-import importlib
-import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 from torch import nn
@@ -18,8 +15,6 @@ from torch import nn
 import dpcourse
 
 from .timing import Sample, interleaved, wall_time, within
-
-trace_module = importlib.import_module("dpcourse.trace")  # the name dpcourse.trace is the context manager
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,43 +67,17 @@ def dp_step(workload: Workload, model: nn.Module, devices: Sequence[torch.device
     return training_step(dpcourse.DataParallel(model, devices=devices), model, workload, devices[0])
 
 
-def _null_span(*args: object, **kwargs: object) -> contextlib.nullcontext:
-    return contextlib.nullcontext()
-
-
-def _no_watch(*args: object, **kwargs: object) -> None:
-    return None
-
-
-@contextlib.contextmanager
-def stubbed_spans() -> Iterator[None]:
-    """Replace ``span`` and ``watch_backward`` wherever dpcourse imported them with do-nothing functions.
-
-    The primitives import the names (``from .trace import span``), so patching ``dpcourse.trace`` alone
-    would change nothing: every dpcourse module holding the real function is patched, and restored after.
-    """
-    stubs = {"span": _null_span, "watch_backward": _no_watch}
-    real = {name: getattr(trace_module, name) for name in stubs}
-    modules = [m for name, m in list(sys.modules.items()) if name == "dpcourse" or name.startswith("dpcourse.")]
-    patched = [(m, name) for m in modules for name in stubs if getattr(m, name, None) is real[name]]
-    for module, name in patched:
-        setattr(module, name, stubs[name])
-    try:
-        yield
-    finally:
-        for module, name in patched:
-            setattr(module, name, real[name])
-
-
 def tracing_cost(
     workload: Workload, devices: Sequence[torch.device], rounds: int, warmup: int,
     timer: Callable[[Callable[[], None]], Sample] = wall_time,
 ) -> dict:
-    """One DP step with tracing off, with ``span`` stubbed out entirely, and inside ``dpcourse.trace()``.
+    """One DP step with tracing off and inside ``dpcourse.trace()``.
 
-    Opening and closing the trace are not timed; recording every span is.
+    Off, the steps are dpcourse's own functions, untouched (the trace swaps in timed stand-ins only while it
+    is open), so "off" costs nothing by construction. Opening and closing the trace are not timed; recording
+    every span is.
     """
     model = workload.model().to(devices[0])
     step = timer(dp_step(workload, model, devices))
-    variants = {"off": step, "span-stubbed": within(stubbed_spans, step), "on": within(dpcourse.trace, step)}
+    variants = {"off": step, "on": within(dpcourse.trace, step)}
     return {"devices": [str(d) for d in devices], **interleaved(variants, rounds, warmup).report("off", "vs_off")}

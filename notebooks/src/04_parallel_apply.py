@@ -67,14 +67,16 @@ dp4(x[:8])
 hook.remove()
 print("hook calls in one forward:", len(first_forward), "| rows per call:", [n for _, n in first_forward])
 print("threads:", sorted(thread.name for thread, _ in first_forward))
-print("the same thread objects in the next forward:", {t for t, _ in first_forward} == {t for t, _ in calls})
+print("new thread objects in the next forward:", not {t for t, _ in first_forward} & {t for t, _ in calls})
 
 # %% [markdown]
-# The last line is a dpcourse choice: it keeps one worker thread per replica position alive between calls,
-# while torch's `parallel_apply` starts fresh `threading.Thread`s on every forward. On a CPU a new thread's
-# first torch operations pay a one-time set-up of about 1–3 ms (measured on a 2-core CPU), longer than this
-# model's whole forward; the kept threads also get an equal share of the CPU cores. `dpcourse/replica_threads.py`
-# explains both. Which thread runs which replica is the same either way, and no result changes.
+# The last line shows what torch's `parallel_apply` does too: every forward starts fresh `threading.Thread`s,
+# one per replica, and joins them all before it returns, so no thread outlives the call. That is what makes a
+# `forward` that itself calls DataParallel work (it just starts threads of its own), and what lets a forward
+# interrupted with Ctrl-C leave nothing stuck behind for the next one; the price is one thread start per replica
+# per forward. One dpcourse addition, since torch never runs replicas on a CPU: CPU replicas share
+# the caller's intra-op threads (`torch.get_num_threads()`) equally, so 2 replicas on 2 cores do not run 4 busy
+# threads.
 #
 # Inside one replica, the usual PyTorch rule holds: every operand of an operation must be on the replica's
 # device, so a tensor made inside `forward` belongs on `x.device`. The copies *between* devices are

@@ -18,6 +18,8 @@ comparison is of the Python code of the four steps, which is what it is for. ``-
 
 import argparse
 import json
+import os
+import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
@@ -92,6 +94,16 @@ def table(results: dict[str, dict]) -> str:
     return "\n".join(lines)
 
 
+def _commit() -> str:
+    """The checkout's commit, with "+changes" when files differ from it: which dpcourse was measured."""
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], capture_output=True, text=True, check=False).stdout.strip()
+
+    commit = git("rev-parse", "--short", "HEAD") or "unknown"
+    return commit + ("+changes" if git("status", "--porcelain", "--untracked-files=no") else "")
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=30, help="measured rounds (default 30)")
@@ -107,6 +119,8 @@ def main(argv: list[str] | None = None) -> None:
     with torch_on_cpu():
         results = {name: measure(MODELS[name], args.rounds, args.warmup, args.steps) for name in args.models}
     setup = {
+        "commit": _commit(),
+        "cpus": os.cpu_count(),
         "torch": torch.__version__,
         "intra_op_threads": torch.get_num_threads(),
         "batch": BATCH,

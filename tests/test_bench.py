@@ -1,6 +1,6 @@
 """The benchmark runs end to end and writes what docs/benchmarks.md is made from. No timing is asserted.
 
-`python -m dpcourse.bench --quick` runs in a subprocess, as CI would; the parts that this machine cannot
+`python -m tests.benchmarks --quick` runs in a subprocess, as CI would; the parts that this machine cannot
 reach through it (widget explorers that do not exist yet, the GPU copies) are driven directly on CPU.
 """
 
@@ -12,7 +12,8 @@ from pathlib import Path
 import ipywidgets as w
 import torch
 
-from dpcourse.bench import course, gpu, timing
+from dpcourse import timing
+from tests.benchmarks import course, gpu
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -20,7 +21,7 @@ ROOT = Path(__file__).resolve().parent.parent
 def test_quick_run_writes_every_section_and_the_plots(tmp_path):
     out = tmp_path / "bench.json"
     done = subprocess.run(
-        [sys.executable, "-m", "dpcourse.bench", "--quick", "--json", str(out), "--plots", str(tmp_path)],
+        [sys.executable, "-m", "tests.benchmarks", "--quick", "--json", str(out), "--plots", str(tmp_path)],
         cwd=ROOT, capture_output=True, text=True, timeout=120,
     )
     assert done.returncode == 0, done.stderr

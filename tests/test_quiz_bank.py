@@ -48,7 +48,7 @@ def test_the_quiz_never_names_torchs_parallel_package():
 
 
 def test_experiments_are_repeatable():
-    # How long each takes is the benchmark's business (`python -m dpcourse.bench --only course`), not a test's.
+    # How long each takes is the benchmark's business (`python -m tests.benchmarks --only course`), not a test's.
     for name, experiment in EXPERIMENTS.items():
         first, second = experiment().value, experiment().value
         assert first == second, f"{name} is not deterministic: {first!r} then {second!r}"

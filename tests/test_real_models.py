@@ -2,7 +2,7 @@
 
 The models come from ``transformers`` and are built from small configs with random weights: nothing is
 downloaded. The oracles are the same model on one device, the same model run chunk by chunk, and torch's
-own DataParallel code run on CPU devices (``benchmarks/torch_on_cpu.py``) where the question is "what
+own DataParallel code run on CPU devices (``tests/benchmarks/torch_on_cpu.py``) where the question is "what
 would torch return". Also here: the two promises torch's own DataParallel tests check on every forward
 (no reference cycles, no thread left behind).
 
@@ -26,7 +26,7 @@ from torch import nn
 from transformers.cache_utils import Cache, DynamicCache
 
 import dpcourse
-from benchmarks.torch_on_cpu import torch_on_cpu
+from tests.benchmarks.torch_on_cpu import torch_on_cpu
 
 # torch's reduce_add (run by the torch oracle) asks nccl.is_available(), which warns on a build without NCCL.
 pytestmark = pytest.mark.filterwarnings("ignore:PyTorch is not compiled with NCCL support")

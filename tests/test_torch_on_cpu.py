@@ -1,4 +1,4 @@
-"""benchmarks/torch_on_cpu.py: torch's own DataParallel code, run on CPU devices, trains like one device.
+"""tests/benchmarks/torch_on_cpu.py: torch's own DataParallel code, run on CPU devices, trains like one device.
 
 The benchmark compares dpcourse with this emulation, so the emulation itself must be right: same outputs
 and gradients as the plain module on the whole batch, torch's replica-0 aliasing, and nothing left patched.
@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 import dpcourse
-from benchmarks.torch_on_cpu import torch_on_cpu
+from tests.benchmarks.torch_on_cpu import torch_on_cpu
 
 # torch's reduce_add asks nccl.is_available(), which warns on a build without NCCL: torch's own path, not ours.
 pytestmark = pytest.mark.filterwarnings("ignore:PyTorch is not compiled with NCCL support")

@@ -32,7 +32,7 @@ from torch import nn
 
 import dpcourse
 from dpcourse import exercises, quiz, viz, widgets
-from dpcourse.bench.timing import interleaved, wall_time
+from dpcourse.timing import interleaved, wall_time
 from dpcourse.trace import STEPS
 from dpcourse.widgets.timing import busy_seconds
 
@@ -396,7 +396,7 @@ viz.scaling({n: rounds.samples[str(n)] for n in counts})
 # `docs/benchmarks.md` records the course's own benchmark runs, each with its machine, date and command:
 # many interleaved rounds with torch's default threads, for the same kinds of model as above, a wide MLP
 # and a stack of many small layers. Like every timing in this lesson, they time `dpcourse.DataParallel`, not
-# torch's. Run `python -m dpcourse.bench --only cpu` to measure your own machine.
+# torch's. Run `python -m tests.benchmarks --only cpu` to measure your own machine.
 
 
 # %% [markdown]

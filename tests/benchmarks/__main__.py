@@ -1,4 +1,4 @@
-"""``python -m dpcourse.bench [--quick] [--json out.json] [--plots DIR] [--only cpu gpu course]``.
+"""``python -m tests.benchmarks [--quick] [--json out.json] [--plots DIR] [--only cpu gpu course]``.
 
 Prints the tables and writes every number (with the raw CPU samples) as JSON. ``--quick`` uses small
 models and few rounds, so that CI can check that the whole benchmark runs; its numbers mean little.
@@ -16,7 +16,7 @@ SECTIONS = ("cpu", "gpu", "course")
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m dpcourse.bench", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m tests.benchmarks", description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small sizes and few rounds (for CI)")
     parser.add_argument("--json", type=Path, default=Path("out/bench.json"), help="where to write the results")
     parser.add_argument("--plots", type=Path, help="write the CPU scaling figures into this folder")

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from xml.etree import ElementTree
 
-from . import timing
+from dpcourse import timing
 
 ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOK_TIMEOUT_S = 1200  # for the whole course

@@ -13,8 +13,7 @@ import torch
 from torch import nn
 
 import dpcourse
-
-from .timing import Sample, interleaved, wall_time, within
+from dpcourse.timing import Sample, interleaved, wall_time, within
 
 
 @dataclasses.dataclass(frozen=True)

@@ -12,8 +12,8 @@ import torch
 from torch import nn
 
 import dpcourse
+from dpcourse.timing import Sample, interleaved, summary
 
-from .timing import Sample, interleaved, summary
 from .workloads import Workload, dp_step, tracing_cost, training_step, workloads
 
 

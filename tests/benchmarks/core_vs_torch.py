@@ -1,6 +1,6 @@
 """Time one training step of dpcourse.DataParallel against torch's own DataParallel code, on 2 CPU devices.
 
-    python -m benchmarks.core_vs_torch --rounds 30 --json out/core_vs_torch.json   # from the repository root
+    python -m tests.benchmarks.core_vs_torch --rounds 30 --json out/core_vs_torch.json   # from the repository root
 
 Both wrap the same model on the same CPU devices: dpcourse with ``devices=dpcourse.devices(2)``, torch
 with ``device_ids=[0, 1]`` inside ``torch_on_cpu()`` (its real Python code; see torch_on_cpu.py). A step is
@@ -27,9 +27,10 @@ import torch
 from torch import nn
 
 import dpcourse
-from benchmarks.torch_on_cpu import torch_on_cpu
-from dpcourse.bench.timing import interleaved, wall_time
 from dpcourse.examples import sgd_step
+from dpcourse.timing import interleaved, wall_time
+
+from .torch_on_cpu import torch_on_cpu
 
 MODELS = {  # widths, input first and classes last; ReLU between the Linear layers
     "mlp": (512, 1024, 1024, 10),

@@ -11,8 +11,8 @@ import statistics
 import torch
 
 import dpcourse
+from dpcourse.timing import interleaved, wall_time
 
-from .timing import interleaved, wall_time
 from .workloads import Workload, dp_step, tracing_cost, training_step, workloads
 
 BREAKDOWN = ("scatter", "replicate", "forward", "gather", "gather-backward", "backward", "reduce-add")

@@ -6,14 +6,12 @@ held in ``HTML`` and ``Image`` values (never an ``Output`` widget, which capture
 kernel), so tests can click the public controls in plain pytest and read what a learner would see.
 """
 
-import functools
 import html
 import re
-from collections.abc import Callable
 
 import ipywidgets as widgets
 
-from dpcourse.widgets._base import css_width, png_bytes, show_png
+from dpcourse.widgets._base import css_width, png_bytes, reports_errors, show_png
 
 from .bank import find_question, load_lesson
 from .outcome import Outcome, run_experiment
@@ -49,26 +47,6 @@ def _source_html(source: str) -> str:
     if source.startswith("https://"):
         return f'<a href="{html.escape(source)}" target="_blank">{html.escape(source)}</a>'
     return f"<code>{html.escape(source)}</code>"
-
-
-def _reporting_errors(handler: Callable[["QuizWidget"], None]) -> Callable[["QuizWidget", object], None]:
-    """Wrap a button handler so an exception is shown in the widget's feedback instead of vanishing.
-
-    Without a kernel's log, an exception in an ipywidgets callback is only printed to the kernel's
-    stderr, which a notebook does not show: the button would just seem to do nothing.
-    """
-
-    @functools.wraps(handler)
-    def run(self: "QuizWidget", _button: object = None) -> None:
-        try:
-            handler(self)
-        except Exception as error:
-            self.feedback.value += (
-                f'<p style="color:#b2182b"><b>Something went wrong:</b> '
-                f"{html.escape(type(error).__name__)}: {html.escape(str(error))}</p>"
-            )
-
-    return run
 
 
 def _show(widget: widgets.DOMWidget, visible: bool) -> None:
@@ -137,8 +115,18 @@ class QuizWidget(widgets.VBox):
         value = self.choice.value if self.choice is not None else self.answer_box.value
         return "" if value is None else value.strip()
 
-    @_reporting_errors
-    def check(self) -> None:
+    def show_error(self, error: Exception) -> None:
+        """``reports_errors`` calls this when a button's handler fails: the error joins the feedback."""
+        self.feedback.value += (
+            f'<p style="color:#b2182b"><b>Something went wrong:</b> '
+            f"{html.escape(type(error).__name__)}: {html.escape(str(error))}</p>"
+        )
+
+    def clear_error(self) -> None:
+        """Nothing to clear: a handler that succeeds has rewritten the feedback itself."""
+
+    @reports_errors
+    def check(self, _button: object = None) -> None:
         """Judge the answer, reveal the explanation and the experiment, and record the attempt."""
         if not self.response:
             verb = "Choose" if self.choice is not None else "Type"
@@ -173,8 +161,8 @@ class QuizWidget(widgets.VBox):
                 f"<code>{html.escape(str(recorded.set_aside))}</code> and a new progress file was started.</p>"
             )
 
-    @_reporting_errors
-    def experiment(self) -> None:
+    @reports_errors
+    def experiment(self, _button: object = None) -> None:
         """Run the question's experiment and show its text and figure (only after an answer was submitted)."""
         if not self.submitted:
             self.feedback.value = "<p>Commit to an answer first; the experiment gives it away.</p>"

@@ -45,23 +45,22 @@ def show_png(image: widgets.Image, png: bytes, width: str) -> None:
 
 
 def reports_errors(callback: Callable[..., None]) -> Callable[..., None]:
-    """Wrap an explorer's callback so that an exception shows as ``Type: message`` in its ``message`` area.
+    """Wrap a widget's callback so that an exception is shown in the widget instead of vanishing.
 
     ipywidgets runs callbacks inside the kernel's comm handler, where an exception only reaches a log the
-    learner never sees: the click would seem to do nothing. An error also clears what the previous setting
-    showed (``Explorer.clear_results``), so no stale figure or sentence sits beside it. A success clears the
-    previous error.
+    learner never sees: the click would seem to do nothing. The widget says where an error goes: its
+    ``show_error(error)`` runs on a failure and its ``clear_error()`` on a success. An explorer shows
+    ``Type: message`` in its ``message`` area and clears the stale figure; a quiz adds it to its feedback.
     """
 
     @functools.wraps(callback)
-    def guarded(self: "Explorer", *args: Any) -> None:
+    def guarded(self: Any, *args: Any) -> None:
         try:
             callback(self, *args)
         except Exception as error:
-            self.clear_results()
-            self.message.value = paragraph(f"{type(error).__name__}: {error}", ERROR_STYLE)
+            self.show_error(error)
         else:
-            self.message.value = ""
+            self.clear_error()
 
     return guarded
 
@@ -148,8 +147,17 @@ class Explorer(widgets.VBox):
         show_png(self.image, *self._pngs[key])
 
     def clear_results(self) -> None:
-        """Hide what the last good setting showed; ``reports_errors`` calls it when a callback fails."""
+        """Hide what the last good setting showed, so that no stale figure sits beside an error."""
         self.show_figure(None, None)
+
+    def show_error(self, error: Exception) -> None:
+        """``reports_errors`` calls this when a callback fails: the error in red, in place of the results."""
+        self.clear_results()
+        self.message.value = paragraph(f"{type(error).__name__}: {error}", ERROR_STYLE)
+
+    def clear_error(self) -> None:
+        """``reports_errors`` calls this when a callback succeeds: the previous error goes."""
+        self.message.value = ""
 
     def settings(self) -> dict[str, Any]:
         """The value controls' current values, by name without the ``_slider`` / ``_toggle`` suffix."""

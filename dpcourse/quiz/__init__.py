@@ -5,14 +5,14 @@
     ask_lesson("02_scatter")             # all of a lesson's questions
 
 The questions are data, ``dpcourse/quizzes/<lesson>.toml`` (format: ``dpcourse.quiz.schema``). Each
-names an experiment (``experiments*.py``) that runs dpcourse and measures the answer. Answers are saved
+names an experiment (``experiments/lessonNN.py``) that runs dpcourse and measures the answer. Answers are saved
 to a progress file only when the learner submits one (``dpcourse.quiz.progress``);
 ``ProgressSummary()`` shows the counts per lesson and ``export_csv(path)`` writes them for an instructor.
 """
 
-from . import experiments, experiments_outputs, experiments_review, experiments_training  # noqa: F401 (registers them)
 from .bank import LESSONS, all_questions, find_question, load_lesson
-from .outcome import EXPERIMENTS, Outcome, run_experiment
+from .experiments import EXPERIMENTS, run_experiment
+from .outcome import Outcome, only_true
 from .progress import Progress
 from .report import ProgressSummary, export_csv
 from .schema import Question, QuizFormatError, parse_file
@@ -34,6 +34,7 @@ __all__ = [
     "export_csv",
     "find_question",
     "load_lesson",
+    "only_true",
     "parse_file",
     "run_experiment",
 ]

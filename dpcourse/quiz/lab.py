@@ -1,4 +1,5 @@
-"""Small helpers the quiz experiments share: seeded data and modules, DataParallel on n devices, caught errors.
+"""Helpers the quiz experiments of several lessons share: seeded data and modules, DataParallel on n devices,
+errors and warnings caught as results. A helper that only one lesson uses lives in that lesson's module.
 
 Everything runs on ``dpcourse.devices(n)``: n CPU "devices" on a laptop, the GPUs where there are some, so
 an experiment shows the same thing on any machine. Data and weights are seeded without touching the
@@ -13,39 +14,40 @@ import torch
 from torch import nn
 
 import dpcourse
+from dpcourse.replicate import tensor_at
 
 
-def home() -> torch.device:
+def first_device() -> torch.device:
     """``devices[0]``: where the model and the batch start, and where outputs and gradients end up."""
     return dpcourse.devices(1)[0]
 
 
-def seeded(*shape: int, seed: int = 0) -> torch.Tensor:
-    """A reproducible ``torch.randn(*shape)`` on ``home()``."""
-    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed)).to(home())
+def seeded_randn(*shape: int, seed: int = 0) -> torch.Tensor:
+    """A reproducible ``torch.randn(*shape)`` on ``first_device()``."""
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed)).to(first_device())
 
 
 def seeded_module(factory: Callable[[], nn.Module], seed: int = 0) -> nn.Module:
-    """``factory()`` with its weights drawn from seed ``seed``, on ``home()``; the global RNG is left as it was."""
+    """``factory()`` with weights from seed ``seed``, on ``first_device()``; the global RNG is left as it was."""
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        return factory().to(home())
+        return factory().to(first_device())
 
 
-def data_parallel(module: nn.Module, n_devices: int) -> dpcourse.DataParallel:
+def data_parallel_over(module: nn.Module, n_devices: int) -> dpcourse.DataParallel:
     """``dpcourse.DataParallel`` over ``dpcourse.devices(n_devices)``, with the module on ``devices[0]``."""
-    return dpcourse.DataParallel(module.to(home()), devices=dpcourse.devices(n_devices))
+    return dpcourse.DataParallel(module.to(first_device()), devices=dpcourse.devices(n_devices))
 
 
-def three_forwards(model: nn.Module, n_devices: int, rows: int = 4, features: int = 2) -> nn.Module:
+def run_three_forwards(model: nn.Module, n_devices: int, rows: int = 4, features: int = 2) -> nn.Module:
     """Run 3 DataParallel forwards of ``rows`` seeded rows on ``n_devices`` devices; return ``model`` to inspect."""
-    dp = data_parallel(model, n_devices)
+    dp = data_parallel_over(model, n_devices)
     for _ in range(3):
-        dp(seeded(rows, features))
+        dp(seeded_randn(rows, features))
     return model
 
 
-def error_of(call: Callable[[], object]) -> Exception | None:
+def raised_by(call: Callable[[], object]) -> Exception | None:
     """The exception ``call()`` raises, or ``None``: experiments show errors as results."""
     try:
         call()
@@ -54,12 +56,12 @@ def error_of(call: Callable[[], object]) -> Exception | None:
     return None
 
 
-def headline(error: Exception | None) -> str:
+def error_summary(error: Exception | None) -> str:
     """``"ValueError: Caught ValueError in replica 3 on device cpu."``: the error's type and first line."""
     return "no error" if error is None else f"{type(error).__name__}: {str(error).splitlines()[0]}"
 
 
-def rounded(tensor: torch.Tensor, digits: int = 4) -> list[float]:
+def rounded_values(tensor: torch.Tensor, digits: int = 4) -> list[float]:
     """A tensor's values, flattened and rounded, for an experiment's text."""
     return [round(value, digits) for value in tensor.flatten().tolist()]
 
@@ -70,6 +72,28 @@ def caught_warnings() -> Iterator[list[warnings.WarningMessage]]:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         yield caught
+
+
+def replica_gradients(
+    model: nn.Module, x: torch.Tensor, loss_of: Callable[[torch.Tensor], torch.Tensor], n_devices: int
+) -> list[dict[str, torch.Tensor]]:
+    """Run the four steps by hand and backward ``loss_of(gathered output)``; per replica, the gradient of each of
+    its parameter copies, by name (``{"weight": ..., "bias": ...}``), on ``first_device()``.
+
+    The copies are ``Broadcast``'s outputs, non-leaf tensors, so ``autograd.grad`` asks for their gradients. The
+    same backward fills ``model``'s own ``.grad``: what DataParallel makes of the copies' gradients.
+    """
+    devices = dpcourse.devices(n_devices)
+    chunks = dpcourse.scatter(x, devices)
+    used = devices[: len(chunks)]
+    replicas = dpcourse.replicate(model, used)
+    outputs = dpcourse.parallel_apply(replicas, chunks, devices=used)
+    loss = loss_of(dpcourse.gather(outputs, first_device()))
+    names = [name for name, _ in model.named_parameters()]
+    grads = torch.autograd.grad(loss, [tensor_at(r, name) for r in replicas for name in names], retain_graph=True)
+    loss.backward()
+    per_replica = [grads[i : i + len(names)] for i in range(0, len(grads), len(names))]
+    return [{name: g.to(first_device()) for name, g in zip(names, gs, strict=True)} for gs in per_replica]
 
 
 class Counter(nn.Module):
@@ -85,17 +109,6 @@ class Counter(nn.Module):
         return self.linear(x)
 
 
-class ChunkLoss(nn.Module):
-    """Returns the mean squared error of its own chunk: the "compute the loss inside forward" pattern."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.linear = nn.Linear(3, 1)
-
-    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        return nn.functional.mse_loss(self.linear(x), y)
-
-
 class Mean(nn.Module):
     """Returns ``x.mean()``, a 0-d tensor: what a module that computes its own loss returns."""
 
@@ -106,5 +119,5 @@ class Mean(nn.Module):
 def gathered_means(rows: int, n_devices: int) -> tuple[torch.Tensor, list[str]]:
     """``dp(x)`` for ``Mean`` on ``rows`` rows: the gathered output and the warnings it raised."""
     with caught_warnings() as warned:
-        out = data_parallel(Mean(), n_devices)(seeded(rows, 3))
+        out = data_parallel_over(Mean(), n_devices)(seeded_randn(rows, 3))
     return out, [str(w.message) for w in warned]

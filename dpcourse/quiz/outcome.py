@@ -1,4 +1,4 @@
-"""What an experiment returns, and the registry that lets a question name its experiment in TOML.
+"""What an experiment returns: an ``Outcome``, and ``only_true`` for the option a measurement supports.
 
 An experiment is a function with no arguments that runs dpcourse for real (CPU devices work everywhere)
 and returns an ``Outcome``:
@@ -9,7 +9,8 @@ and returns an ``Outcome``:
   check ``value`` against the question's answer, so an experiment cannot drift from its question;
 * ``figure``: an optional matplotlib ``Figure`` (the widget shows it as a PNG).
 
-Experiments register themselves with the ``@experiment`` decorator under their function name.
+The experiments live in ``dpcourse.quiz.experiments``, one module per lesson, and a question names its
+experiment by function name.
 """
 
 import dataclasses
@@ -28,24 +29,6 @@ class Outcome:
     text: str
     value: Any
     figure: Figure | None = None
-
-
-EXPERIMENTS: dict[str, Experiment] = {}
-
-
-def experiment(function: Experiment) -> Experiment:
-    """Register ``function`` under its name so a question can say ``experiment = "<name>"``."""
-    if function.__name__ in EXPERIMENTS:
-        raise ValueError(f"Two experiments are called {function.__name__!r}; experiment names must be unique.")
-    EXPERIMENTS[function.__name__] = function
-    return function
-
-
-def run_experiment(name: str) -> Outcome:
-    """Run the experiment called ``name`` and return its ``Outcome``."""
-    if name not in EXPERIMENTS:
-        raise KeyError(f"No experiment called {name!r}. Known experiments: {', '.join(sorted(EXPERIMENTS))}.")
-    return EXPERIMENTS[name]()
 
 
 def only_true(claims: dict[str, bool]) -> str:

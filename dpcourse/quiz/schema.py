@@ -9,7 +9,7 @@ Each question is a ``[[question]]`` table::
     options = ["3, 3, 2, 2", "3, 3, 3, 1"]   # kind = "choice" only: two or more distinct texts
     answer = "3, 3, 3, 1"             # see below
     explanation = "`torch.chunk` makes chunks of ceil(10 / 4) = 3 rows ..."
-    experiment = "ten_rows_on_four_devices"  # a function registered in dpcourse.quiz.experiments*
+    experiment = "ten_rows_on_four_devices"  # a function in dpcourse/quiz/experiments/lesson02.py
     sources = ["article: DataParallel basics in PyTorch - Deep Dive", "torch/nn/parallel/scatter_gather.py: scatter"]
 
 ``prompt`` and ``explanation`` are plain text: a blank line starts a paragraph, `backticks` mark code and
@@ -31,8 +31,9 @@ Each question is a ``[[question]]`` table::
 * a GitHub issue or pull request: ``"pytorch/pytorch#1051"``;
 * a documentation page: ``"https://docs.pytorch.org/..."``.
 
-``parse_file`` rejects a malformed file with one ``QuizFormatError`` naming the file, each bad question
-and what is wrong with it.
+``Question`` below is the format: its fields are the table's (all but ``lesson``, the file's name); those
+with a default are optional, and each optional one belongs to one kind. ``parse_file`` rejects a malformed
+file with one ``QuizFormatError`` naming the file, each bad question and everything wrong with it.
 """
 
 import dataclasses
@@ -43,11 +44,10 @@ from pathlib import Path
 from typing import Any
 
 from . import answers
-from .outcome import EXPERIMENTS
+from .experiments import EXPERIMENTS
 
 KINDS = ("choice", "number", "shape")
-REQUIRED = ("id", "kind", "prompt", "answer", "explanation", "experiment", "sources")
-OPTIONAL = {"options": "choice", "tolerance": "number"}  # field -> the only kind that may use it
+TEXTS = ("id", "prompt", "explanation", "experiment")  # fields that must be non-empty strings
 
 # The four articles about DataParallel that the course audits, by title (docs/seed_coverage.md maps their claims).
 SEED_ARTICLES = (
@@ -58,9 +58,11 @@ SEED_ARTICLES = (
 )
 ARTICLE = "article: "
 _SEED_CLAIM = re.compile(r"^S?\d{3}-\d+$")
-_TORCH_SOURCE = re.compile(r"^torch/[\w/]+\.(py|cpp|h)(: \S.*)?$")
-_GITHUB_ISSUE = re.compile(r"^[\w.-]+/[\w.-]+#\d+$")
-_DOCS_PAGE = re.compile(r"^https://\S+$")
+_CITATIONS = (
+    re.compile(r"^torch/[\w/]+\.(py|cpp|h)(: \S.*)?$"),  # torch source
+    re.compile(r"^[\w.-]+/[\w.-]+#\d+$"),  # a GitHub issue or pull request
+    re.compile(r"^https://\S+$"),  # a documentation page
+)
 _ID = re.compile(r"^\d\d-[a-z0-9]+(-[a-z0-9]+)*$")
 
 
@@ -80,8 +82,8 @@ class Question:
     explanation: str
     experiment: str
     sources: tuple[str, ...]
-    options: tuple[str, ...] = ()
-    tolerance: float = 0.0
+    options: tuple[str, ...] = dataclasses.field(default=(), metadata={"kind": "choice"})
+    tolerance: float = dataclasses.field(default=0.0, metadata={"kind": "number"})
 
     def accepts(self, response: Any) -> bool:
         """Whether ``response`` (the learner's text, or an experiment's measured value) is the answer.
@@ -106,6 +108,12 @@ class Question:
         return self.answer
 
 
+# The table's fields are Question's but ``lesson``; those with a default are optional, each for one kind only.
+FIELDS = {field.name: field for field in dataclasses.fields(Question) if field.name != "lesson"}
+REQUIRED = [name for name, field in FIELDS.items() if field.default is dataclasses.MISSING]
+ONLY_FOR_KIND = {name: field.metadata["kind"] for name, field in FIELDS.items() if "kind" in field.metadata}
+
+
 def parse_file(path: str | Path) -> list[Question]:
     """Read and check one lesson file; the lesson is the file name without ``.toml`` (``02_scatter``)."""
     path = Path(path)
@@ -113,60 +121,58 @@ def parse_file(path: str | Path) -> list[Question]:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except tomllib.TOMLDecodeError as error:
         raise QuizFormatError(f"{path}: not valid TOML: {error}") from None
-    unknown = sorted(set(data) - {"question"})
-    if unknown:
+    if unknown := sorted(set(data) - {"question"}):
         raise QuizFormatError(f"{path}: unknown top-level key(s) {unknown}; a lesson file holds only [[question]].")
     tables = data.get("question")
     if not isinstance(tables, list) or not tables:
         raise QuizFormatError(f"{path}: no questions; write each one as a [[question]] table.")
-    problems, questions, seen = [], [], set()
+    questions, problems, ids = [], [], set()
     for number, table in enumerate(tables, start=1):
         if not isinstance(table, dict):
             problems.append(f"{path}: question #{number}: write each question as a [[question]] table")
             continue
-        name = f"question {table.get('id')!r} (#{number})" if "id" in table else f"question #{number} (no id)"
-        errors = _check(table, path.stem)
-        if table.get("id") in seen:
-            errors.append(f"duplicate id {table['id']!r}: ids must be unique")
-        seen.add(table.get("id"))
+        errors = _problems(table, path.stem)
+        if isinstance(table.get("id"), str):
+            if table["id"] in ids:
+                errors.append(f"duplicate id {table['id']!r}: ids must be unique")
+            ids.add(table["id"])
+        name = f"question {table['id']!r} (#{number})" if "id" in table else f"question #{number} (no id)"
         problems += [f"{path}: {name}: {error}" for error in errors]
         if not errors:
-            questions.append(_build(table, path.stem))
+            questions.append(_question(table, path.stem))
     if problems:
         raise QuizFormatError("\n".join(problems))
     return questions
 
 
-def _check(table: dict[str, Any], lesson: str) -> list[str]:
+def _problems(table: dict[str, Any], lesson: str) -> list[str]:
     """Every problem with one question table, as sentences (empty when it is well formed)."""
-    errors = [f"missing field {field!r}" for field in REQUIRED if field not in table]
-    allowed = set(REQUIRED) | set(OPTIONAL)
-    errors += [f"unknown field {field!r} (allowed: {sorted(allowed)})" for field in table if field not in allowed]
-    for field in ("id", "prompt", "explanation", "experiment"):
-        if field in table and not (isinstance(table[field], str) and table[field].strip()):
-            errors.append(f"{field!r} must be a non-empty string")
-    if isinstance(table.get("id"), str) and not (_ID.match(table["id"]) and table["id"][:2] == lesson[:2]):
-        errors.append(f"id {table['id']!r} must look like '{lesson[:2]}-short-name' (lesson number, lowercase words)")
-    if isinstance(table.get("experiment"), str) and table["experiment"] not in EXPERIMENTS:
-        errors.append(f"unknown experiment {table['experiment']!r}; define it in dpcourse/quiz/experiments*.py")
-    errors += _check_sources(table.get("sources"))
-    kind = table.get("kind")
+    question_id, kind, experiment = table.get("id"), table.get("kind"), table.get("experiment")
+    errors = [f"missing field {name!r}" for name in REQUIRED if name not in table]
+    errors += [f"unknown field {name!r} (allowed: {sorted(FIELDS)})" for name in table if name not in FIELDS]
+    errors += [f"{name!r} must be a non-empty string" for name in TEXTS
+               if name in table and not (isinstance(table[name], str) and table[name].strip())]
+    if isinstance(question_id, str) and not (_ID.match(question_id) and question_id[:2] == lesson[:2]):
+        errors.append(f"id {question_id!r} must look like '{lesson[:2]}-short-name' (lesson number, lowercase words)")
+    if isinstance(experiment, str) and experiment not in EXPERIMENTS:
+        errors.append(f"unknown experiment {experiment!r}; add it to dpcourse/quiz/experiments/lesson{lesson[:2]}.py")
+    errors += _source_problems(table.get("sources"))
     if "kind" in table and kind not in KINDS:
         errors.append(f"kind {kind!r} is not one of {list(KINDS)}")
-    for field, only_kind in OPTIONAL.items():
-        if field in table and kind in KINDS and kind != only_kind:
-            errors.append(f"{field!r} is only for kind = {only_kind!r}, not {kind!r}")
-    if kind in KINDS and "answer" in table:
-        errors += {"choice": _check_choice, "number": _check_number, "shape": _check_shape}[kind](table)
+    if kind in KINDS:
+        errors += [f"{name!r} is only for kind = {only!r}, not {kind!r}"
+                   for name, only in ONLY_FOR_KIND.items() if name in table and kind != only]
+        if "answer" in table:
+            errors += {"choice": _choice_problems, "number": _number_problems, "shape": _shape_problems}[kind](table)
     return errors
 
 
-def _check_sources(sources: Any) -> list[str]:
-    if sources is None:
+def _source_problems(sources: Any) -> list[str]:
+    if sources is None:  # reported as a missing field
         return []
     if not isinstance(sources, list) or not sources:
         return ["'sources' must be a non-empty list of strings"]
-    return [_source_problem(source) for source in sources if _source_problem(source)]
+    return [problem for source in sources if (problem := _source_problem(source))]
 
 
 def _source_problem(source: Any) -> str | None:
@@ -179,15 +185,14 @@ def _source_problem(source: Any) -> str | None:
         title = source.removeprefix(ARTICLE)
         known = title in SEED_ARTICLES
         return None if known else f"unknown article {title!r}; the audited ones are {list(SEED_ARTICLES)}"
-    if any(pattern.match(source) for pattern in (_TORCH_SOURCE, _GITHUB_ISSUE, _DOCS_PAGE)):
+    if any(citation.match(source) for citation in _CITATIONS):
         return None
-    return (
-        f"source {source!r} has an unknown format; use an article ('{ARTICLE}<title>'), a torch source "
-        f"('torch/nn/parallel/_functions.py: Broadcast.backward'), an issue ('pytorch/pytorch#1051') or an https:// URL"
-    )
+    return (f"source {source!r} has an unknown format; use an article ('{ARTICLE}<title>'), a torch source "
+            "('torch/nn/parallel/_functions.py: Broadcast.backward'), an issue ('pytorch/pytorch#1051') "
+            "or an https:// URL")
 
 
-def _check_choice(table: dict[str, Any]) -> list[str]:
+def _choice_problems(table: dict[str, Any]) -> list[str]:
     options, answer = table.get("options"), table["answer"]
     if not (isinstance(options, list) and len(options) >= 2 and all(isinstance(o, str) and o for o in options)):
         return ["kind = 'choice' needs 'options': a list of two or more non-empty strings"]
@@ -195,22 +200,22 @@ def _check_choice(table: dict[str, Any]) -> list[str]:
         return ["'options' has the same text twice"]
     if isinstance(answer, int):
         return [f"answer {answer!r} must be the text of the correct option, not its index"]
-    if answer not in options:
-        return [f"answer {answer!r} is not among the options {options}"]
-    return []
+    return [] if answer in options else [f"answer {answer!r} is not among the options {options}"]
 
 
-def _check_number(table: dict[str, Any]) -> list[str]:
-    errors = []
-    if isinstance(table["answer"], bool) or not isinstance(table["answer"], (int, float)):
-        errors.append(f"answer {table['answer']!r} must be a number for kind = 'number'")
-    tolerance = table.get("tolerance", 0.0)
-    if isinstance(tolerance, bool) or not isinstance(tolerance, (int, float)) or tolerance < 0:
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _number_problems(table: dict[str, Any]) -> list[str]:
+    answer, tolerance = table["answer"], table.get("tolerance", 0.0)
+    errors = [] if _is_number(answer) else [f"answer {answer!r} must be a number for kind = 'number'"]
+    if not (_is_number(tolerance) and tolerance >= 0):
         errors.append(f"tolerance {tolerance!r} must be a number >= 0")
     return errors
 
 
-def _check_shape(table: dict[str, Any]) -> list[str]:
+def _shape_problems(table: dict[str, Any]) -> list[str]:
     try:
         answers.parse_shape(table["answer"])
     except ValueError:
@@ -218,22 +223,8 @@ def _check_shape(table: dict[str, Any]) -> list[str]:
     return []
 
 
-def _build(table: dict[str, Any], lesson: str) -> Question:
-    kind = table["kind"]
-    answer = table["answer"]
-    if kind == "number":
-        answer = float(answer)
-    elif kind == "shape":
-        answer = answers.parse_shape(answer)
-    return Question(
-        lesson=lesson,
-        id=table["id"],
-        kind=kind,
-        prompt=table["prompt"],
-        answer=answer,
-        explanation=table["explanation"],
-        experiment=table["experiment"],
-        sources=tuple(table["sources"]),
-        options=tuple(table.get("options", ())),
-        tolerance=float(table.get("tolerance", 0.0)),
-    )
+def _question(table: dict[str, Any], lesson: str) -> Question:
+    """The ``Question`` of a well-formed table: the answer read as its kind's type, the lists made tuples."""
+    answer = {"choice": str, "number": float, "shape": answers.parse_shape}[table["kind"]](table["answer"])
+    return Question(**{**table, "lesson": lesson, "answer": answer, "sources": tuple(table["sources"]),
+                       "options": tuple(table.get("options", ())), "tolerance": float(table.get("tolerance", 0.0))})

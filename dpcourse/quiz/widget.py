@@ -14,7 +14,8 @@ import ipywidgets as widgets
 from dpcourse.widgets._base import css_width, png_bytes, reports_errors, show_png
 
 from .bank import find_question, load_lesson
-from .outcome import Outcome, run_experiment
+from .experiments import run_experiment
+from .outcome import Outcome
 from .progress import Progress
 from .schema import ARTICLE, Question
 

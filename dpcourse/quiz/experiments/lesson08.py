@@ -1,0 +1,102 @@
+"""Lesson 08's quiz experiments (``quizzes/08_myths.toml``): each myth about DataParallel, measured."""
+
+import torch
+from torch import nn
+from torch.nn.utils.rnn import pad_sequence
+
+from ..lab import data_parallel_over, first_device, rounded_values, seeded_module, seeded_randn
+from ..outcome import Outcome, only_true
+
+
+def not_model_parallel() -> Outcome:
+    """A hook shows every replica holding every layer, at full size, and a slice of the batch."""
+    model = seeded_module(lambda: nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2)))
+    seen: list[tuple[int, list]] = []
+
+    def look(replica: nn.Module, args: tuple, output: torch.Tensor) -> None:
+        seen.append((len(args[0]), [tuple(replica[i].weight.shape) for i in (0, 2)]))
+
+    model.register_forward_hook(look)
+    data_parallel_over(model, 3)(seeded_randn(9, 4))
+    full = [tuple(model[i].weight.shape) for i in (0, 2)]
+    text = f"the model's weights: {full}\n" + "\n".join(f"  a replica got {r} rows and weights {w}" for r, w in seen)
+    whole_model = len(seen) == 3 and all(w == full and rows == 3 for rows, w in seen)
+    value = only_true(
+        {
+            "No: every replica holds the whole model, and only the batch is split": whole_model,
+            "Yes: each device holds some of the layers": not whole_model,
+        }
+    )
+    return Outcome(text, value)
+
+
+def padded_batch_is_fine() -> Outcome:
+    """A ``pad_sequence`` batch is a plain rectangular tensor: DataParallel splits its rows like any other."""
+    batch = pad_sequence([seeded_randn(n, 3, seed=n) for n in (5, 2, 7, 1)], batch_first=True)
+    model = seeded_module(lambda: nn.Linear(3, 2))
+    out = data_parallel_over(model, 2)(batch)
+    same = out.shape == (4, 7, 2) and torch.allclose(out, model(batch))
+    text = f"padded batch {tuple(batch.shape)} -> dp(batch) {tuple(out.shape)}; equals model(batch): {same}"
+    value = only_true(
+        {
+            "It works, and the output equals the single-device output": same,
+            "It works but trims the padding": out.shape[1] < batch.shape[1],
+        }
+    )
+    return Outcome(text, value)
+
+
+def batchnorm_running_mean() -> Outcome:
+    """BatchNorm's running mean after one step: chunk 0's mean only, because only replica 0 updates the original."""
+    x = torch.cat([torch.zeros(4, 1), torch.full((4, 1), 10.0)]).to(first_device())
+    single, parallel = nn.BatchNorm1d(1, momentum=1.0).to(first_device()), nn.BatchNorm1d(1, momentum=1.0)
+    single(x)
+    data_parallel_over(parallel, 2)(x)
+    text = (
+        "BatchNorm1d(1, momentum=1.0); rows 0-3 are 0, rows 4-7 are 10:\n"
+        f"  one device : running_mean = {single.running_mean.item():g}\n"
+        f"  2 devices  : running_mean = {parallel.running_mean.item():g}  (replica 1's update went to a copy)"
+    )
+    return Outcome(text, parallel.running_mean.item())
+
+
+class MatmulLayer(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(3, 2))
+        self.moved_is_same: list[bool] = []
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.moved_is_same.append(self.weight.to(x.device) is self.weight)
+        return torch.matmul(x, self.weight)
+
+
+def custom_parameter_replicated() -> Outcome:
+    """A custom ``nn.Parameter`` used with ``torch.matmul``: replicated like any other, same gradient."""
+    model, x = seeded_module(MatmulLayer), seeded_randn(6, 3)
+    model(x).pow(2).mean().backward()
+    single = model.weight.grad.clone()
+    model.weight.grad = None
+    model.moved_is_same.clear()
+    data_parallel_over(model, 2)(x).pow(2).mean().backward()
+    same = torch.allclose(model.weight.grad, single, atol=1e-6)
+    text = (
+        f"weight gradient, one device: {rounded_values(single)}\n"
+        f"2 devices:                   {rounded_values(model.weight.grad)}\nequal: {same}\n"
+        f"in each replica, self.weight.to(x.device) is self.weight: {model.moved_is_same}  (nothing to move)"
+    )
+    value = only_true(
+        {
+            "It is replicated like `nn.Linear`'s weight, and the gradient matches one device": same,
+            "The matmul may use a weight on the wrong device: call `self.weight.to(x.device)` first": not same,
+        }
+    )
+    return Outcome(text, value)
+
+
+EXPERIMENTS = (
+    not_model_parallel,
+    padded_batch_is_fine,
+    batchnorm_running_mean,
+    custom_parameter_replicated,
+)

@@ -1,0 +1,54 @@
+"""Lesson 09's quiz experiments (``quizzes/09_performance.toml``): what replicate costs on every forward."""
+
+from torch import nn
+
+import dpcourse
+from dpcourse import viz
+
+from ..lab import data_parallel_over, seeded_module, seeded_randn
+from ..outcome import Outcome
+
+
+def replicate_every_forward() -> Outcome:
+    """Trace 3 forwards on 2 devices and count the replicate steps."""
+    dp = data_parallel_over(seeded_module(lambda: nn.Linear(64, 64)), 2)
+    with dpcourse.trace() as recorded:
+        for _ in range(3):
+            dp(seeded_randn(8, 64))
+    spans = recorded.steps("replicate")
+    lines = [f"  replicate at {s.start * 1e3:.3f} ms copied {s.bytes_copied} bytes" for s in spans]
+    return Outcome("3 forwards on 2 devices:\n" + "\n".join(lines), len(spans), viz.timeline(recorded))
+
+
+def replicate_bytes() -> Outcome:
+    """The bytes one replicate step copies for ``nn.Linear(256, 256)`` on 4 devices."""
+    model = seeded_module(lambda: nn.Linear(256, 256))
+    with dpcourse.trace() as recorded:
+        data_parallel_over(model, 4)(seeded_randn(8, 256))
+    size = sum(p.numel() * p.element_size() for p in model.parameters())
+    copied = recorded.steps("replicate")[0].bytes_copied
+    text = (
+        f"parameters: {sum(p.numel() for p in model.parameters())} float32 = {size} bytes\n"
+        f"replicate on 4 devices copied {copied} bytes = {copied / size:g} x the parameters "
+        "(replica 0 uses the originals)"
+    )
+    return Outcome(text, copied)
+
+
+def modules_per_forward() -> Outcome:
+    """Count the module objects one replicate builds for 50 layers on 4 devices."""
+    model = seeded_module(lambda: nn.Sequential(*(nn.Linear(2, 2) for _ in range(50))))
+    replicas = dpcourse.replicate(model, dpcourse.devices(4))
+    built = sum(len(list(replica.modules())) for replica in replicas)
+    text = (
+        f"nn.Sequential of 50 Linear layers = {len(list(model.modules()))} modules\n"
+        f"one replicate on 4 devices built {built} module objects (each a shallow copy, made in Python)"
+    )
+    return Outcome(text, built)
+
+
+EXPERIMENTS = (
+    replicate_every_forward,
+    replicate_bytes,
+    modules_per_forward,
+)

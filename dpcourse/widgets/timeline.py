@@ -6,18 +6,9 @@ import ipywidgets as widgets
 
 from dpcourse import viz
 from dpcourse.viz.palette import new_figure
+from dpcourse.viz.png import css_width, png_bytes
 
-from ._base import (
-    Explorer,
-    css_width,
-    int_slider,
-    paragraph,
-    png_bytes,
-    reports_errors,
-    selection_slider,
-    show_png,
-    toggle_buttons,
-)
+from ._base import Explorer, int_slider, paragraph, reports_errors, selection_slider, show_png, toggle_buttons
 from .timing import MODELS, describe, stage_totals, trace_steps
 
 BATCHES = (16, 64, 256)

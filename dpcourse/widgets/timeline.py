@@ -79,7 +79,7 @@ class Timeline(Explorer):
         except Exception:
             self.status.value = paragraph(f"{self._describe_settings()}: the run failed, see below.")
             raise  # reports_errors shows it in the message area
-        median = sorted(measured, key=lambda timed: timed.seconds)[len(measured) // 2]
+        median = sorted(measured, key=lambda timed: timed.times.seconds)[len(measured) // 2]
         figure = viz.timeline(median.trace)
         show_png(self.image, png_bytes(figure), css_width(figure))
         self.totals.value = describe(stage_totals(measured), steps)

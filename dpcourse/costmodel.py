@@ -13,6 +13,7 @@ fusion, uneven chunks and GPU scheduling. Its job is to show which term grows wi
 
 import contextlib
 import dataclasses
+import functools
 import math
 import os
 import time
@@ -22,12 +23,14 @@ from typing import Literal
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from .data_parallel import DataParallel
 from .devices import devices
+from .examples import loss_fn
+from .timing import timed_step
 from .trace import trace
+from .workloads import ModelToTime, lesson_mlp
 
 Kind = Literal["single", "dp", "ddp"]
 FORMULAS = {
@@ -253,13 +256,12 @@ class Setup:
     batch: int = 64
     traced: bool = False
 
-    def model(self) -> nn.Module:
-        from .ddp.lesson import model  # the lesson MLP, widened and deepened
-
-        return model(hidden=self.hidden, depth=self.depth)
+    @property
+    def model_to_time(self) -> ModelToTime:
+        return lesson_mlp(self.hidden, self.depth)
 
     def workload(self) -> Workload:
-        return Workload.of(self.model(), self.batch)
+        return Workload.of(self.model_to_time.model(), self.batch)
 
 
 @contextlib.contextmanager
@@ -291,19 +293,16 @@ def measure(setups: Sequence[Setup], rounds: int = 8, steps: int = 5, clock: Lit
     now = time.process_time if clock == "cpu" else time.perf_counter
     runs = []
     for setup in setups:
-        module = setup.model()
+        module = setup.model_to_time.model()
         dp = DataParallel(module, devices=devices(setup.devices) if setup.devices > 1 else ["cpu"])
-        inputs = torch.randn(setup.batch, 8), torch.randn(setup.batch, 4)
-        runs.append((setup, module, dp, *inputs, [], defaultdict(list)))
+        x, y = setup.model_to_time.batch(setup.batch)
+        runs.append((setup, module, dp, x, functools.partial(loss_fn, target=y), [], defaultdict(list)))
     with _one_core():
         for round_ in range(rounds):
-            for setup, module, dp, x, y, totals, spans in runs:
+            for setup, module, dp, x, loss, totals, spans in runs:
                 for step in range(steps):
-                    module.zero_grad(set_to_none=True)
                     with trace() if setup.traced else contextlib.nullcontext() as recorded:
-                        start = now()
-                        F.mse_loss(dp(x), y).backward()
-                        elapsed = now() - start
+                        elapsed = timed_step(dp, module, x, loss, clock=now).seconds
                     if round_ == 0 and step < 2:  # warm-up
                         continue
                     totals.append(elapsed)

@@ -1,9 +1,15 @@
-"""Interleaved timing on a shared machine: run the compared variants in turn and note who else was busy.
+"""Timing training steps: one step timed phase by phase, and variants compared in turns on a shared machine.
+
+``timed_step`` runs one training step (forward, loss and backward, SGD update) and reads a clock between
+the phases; the cost model, the benchmarks, the Timeline explorer, the scaling figure and the DDP timelines
+all time their steps with it. On a GPU the clock must wait for the device (``synchronized_clock``): it runs
+asynchronously, so a host clock alone would time the launches only (PyTorch docs, ``notes/cuda.rst``,
+"Asynchronous execution").
 
 Timing variant A fifty times and then variant B fifty times lets machine drift (another job starting, the
-CPU clocking down) land on one of them only. Running A, B, A, B, ... spreads it over both, and the ratio of
-the two samples taken in the same round (a *paired* ratio) cancels most of it. The first ``warmup`` rounds
-are run and dropped: they pay for thread start-up, allocator growth and first-call dispatch.
+CPU clocking down) land on one of them only. Running A, B, A, B, ... spreads it over both (``interleaved``),
+and the ratio of the two samples taken in the same round (a *paired* ratio) cancels most of it. The first
+``warmup`` rounds are run and dropped: they pay for thread start-up, allocator growth and first-call dispatch.
 
 Drift does not cancel when the variants use the cores differently: a 2-thread step loses half its speed
 when another process takes one core, a 1-thread step much less. So every round also records how many cores
@@ -17,12 +23,72 @@ import os
 import resource
 import statistics
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
+
+import torch
+from torch import nn
+
+from .examples import sgd_step
 
 Sample = Callable[[], float]  # runs the variant once and returns its time in seconds
 QUIET_CORES = 0.25  # a round is quiet when other processes used less than this many cores on average
 PROC_STAT = Path("/proc/stat")
+Clock = Callable[[], float]  # seconds since some fixed moment
+
+
+def synchronized_clock(devices: Iterable[torch.device]) -> Clock:
+    """``time.perf_counter``, read once every CUDA device among ``devices`` has finished its queued work."""
+    gpus = list(dict.fromkeys(d for d in map(torch.device, devices) if d.type == "cuda"))
+    if not gpus:
+        return time.perf_counter
+
+    def now() -> float:
+        for gpu in gpus:
+            torch.cuda.synchronize(gpu)
+        return time.perf_counter()
+
+    return now
+
+
+@dataclasses.dataclass(frozen=True)
+class StepTimes:
+    """When one training step started (a clock reading), and how long each of its phases took, in seconds."""
+
+    start: float
+    forward: float  # forward(x): for DataParallel, scatter, replicate, parallel_apply, gather
+    backward: float  # the loss and loss.backward()
+    optimizer: float  # the SGD update (0.0 for a step without one)
+
+    @property
+    def seconds(self) -> float:
+        return self.forward + self.backward + self.optimizer
+
+
+def timed_step(
+    forward: Callable[[torch.Tensor], torch.Tensor],
+    model: nn.Module,
+    x: torch.Tensor,
+    loss: Callable[[torch.Tensor], torch.Tensor],
+    lr: float | None = None,
+    clock: Clock = time.perf_counter,
+) -> StepTimes:
+    """One training step of ``model``, run through ``forward`` (the model itself, or a DataParallel of it).
+
+    The gradients are cleared (not timed), then: ``forward(x)``; ``loss(output).backward()``; and with an
+    ``lr``, the SGD update ``examples.sgd_step(model, lr)``. ``clock`` is read between the phases: pass
+    ``synchronized_clock(devices)`` on GPUs, or ``time.process_time`` for this process's CPU time.
+    """
+    model.zero_grad(set_to_none=True)
+    start = clock()
+    output = forward(x)
+    forwarded = clock()
+    loss(output).backward()
+    backwarded = clock()
+    if lr is not None:
+        sgd_step(model, lr)
+    end = clock() if lr is not None else backwarded
+    return StepTimes(start, forwarded - start, backwarded - forwarded, end - backwarded)
 
 
 def wall_time(step: Callable[[], object]) -> Sample:

@@ -47,3 +47,16 @@ def test_devices_needs_a_positive_count(n):
 def test_bad_devices_are_named(device, error, message):
     with pytest.raises(error, match=message):
         as_device(device)
+
+
+def test_data_parallel_uses_the_gpus_that_devices_does(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # two GPUs, as far as dpcourse can tell
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setenv("DPCOURSE_DEVICES", "cpu")
+    assert dpcourse.devices(2) == [torch.device("cpu")] * 2
+    with pytest.raises(RuntimeError, match="found no GPU"):
+        dpcourse.data_parallel(torch.nn.Linear(2, 2), torch.ones(2, 2))
+    monkeypatch.delenv("DPCOURSE_DEVICES")
+    assert dpcourse.devices(2) == [torch.device("cuda", 0), torch.device("cuda", 1)]
+    with pytest.raises(RuntimeError, match="on device cuda:0"):  # it chose the GPUs, where the module is not
+        dpcourse.data_parallel(torch.nn.Linear(2, 2), torch.ones(2, 2))

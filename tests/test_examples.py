@@ -1,14 +1,43 @@
 """The running example: seeded, and DataParallel training matches the single-device oracle."""
 
+import pytest
 import torch
+from torch import nn
 
 import dpcourse
 from dpcourse import examples
+from dpcourse.ddp import lesson
 
 
 def test_model_and_batch_are_seeded():
     assert examples.max_weight_difference(examples.make_model(), examples.make_model()) == 0.0
     assert torch.equal(examples.make_batch(5)[0], examples.make_batch(5)[0])
+
+
+def test_the_models_leave_the_global_random_state_alone():
+    for build in (examples.make_model, lambda: examples.mlp((8, 32, 32, 4)), lambda: lesson.model(hidden=32, depth=3)):
+        torch.manual_seed(5)
+        build()
+        drawn = torch.rand(3)
+        torch.manual_seed(5)
+        assert torch.equal(drawn, torch.rand(3))
+
+
+def test_mlp_builds_the_layers_in_order_from_the_seed():
+    torch.manual_seed(0)
+    expected = nn.Sequential(
+        nn.Linear(8, 32), nn.BatchNorm1d(32), nn.ReLU(), nn.Linear(32, 32), nn.ReLU(), nn.Linear(32, 4)
+    )
+    built = lesson.model(batchnorm=True, hidden=32, depth=3)  # the DDP lessons' model is the running example, deeper
+    assert [type(m) for m in built] == [type(m) for m in expected]
+    assert examples.max_weight_difference(built, expected) == 0.0
+    assert examples.max_weight_difference(examples.make_model(), examples.mlp((8, 16, 4))) == 0.0
+    assert all(isinstance(m, nn.Linear) for m in examples.mlp((8, 8, 8), relu=False))
+
+
+def test_mlp_rejects_widths_it_cannot_build():
+    with pytest.raises(ValueError, match=r"widths=\(8,\) must be 2 or more whole numbers >= 1"):
+        examples.mlp((8,))
 
 
 def test_data_parallel_training_matches_the_oracle():

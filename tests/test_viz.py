@@ -27,6 +27,7 @@ from dpcourse.viz import (
 )
 from dpcourse.viz.gallery import FIGURES, example_scaling, example_trace
 from dpcourse.viz.palette import device_color
+from dpcourse.viz.png import css_width, png_bytes
 from dpcourse.viz.replicate import BY_REFERENCE, COPY, SHARED
 from dpcourse.viz.timeline import CRITICAL, critical_path
 
@@ -234,6 +235,12 @@ def test_gradient_sum_names_the_parameters_when_one_is_unknown():
 def test_a_figure_shows_itself_in_jupyter_without_pyplot():
     png = chunk_split(4, 2)._repr_png_()  # IPython's fallback when matplotlib-inline never registered Figure
     assert png.startswith(b"\x89PNG")
+
+
+def test_widget_images_have_two_pixels_per_css_px_of_their_display_width():
+    fig = chunk_split(4, 2)
+    pixels = int.from_bytes(png_bytes(fig)[16:20], "big")  # the PNG header's width
+    assert css_width(fig) == "900px" and pixels == 2 * 900
 
 
 def test_gather_view_with_features_shows_the_shapes_the_lesson_prints():

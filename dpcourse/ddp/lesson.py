@@ -1,6 +1,6 @@
 """The model, data and shards every DDP experiment uses, and the one place dpcourse wraps a model in DDP.
 
-Same model as the DataParallel lessons: a small seeded MLP, trained with a mean-squared-error loss on a
+Same model as the DataParallel lessons (``examples.mlp``), trained with a mean-squared-error loss on a
 fixed seeded dataset, so DDP's numbers can be put next to DP's and next to plain single-device training.
 """
 
@@ -14,17 +14,18 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DistributedSampler
 
+from .. import examples
+from ..workloads import lesson_mlp
+
 
 def model(seed: int = 0, batchnorm: bool = False, hidden: int = 16, depth: int = 2) -> nn.Sequential:
-    """``Linear(8, hidden) -> [BatchNorm1d] -> ReLU -> Linear(hidden, 4)``, initialised from ``seed``.
+    """The running example's MLP, ``Linear(8, hidden) -> [BatchNorm1d] -> ReLU -> Linear(hidden, 4)``, from ``seed``.
 
     ``depth`` counts the Linear layers: more than 2 adds ``Linear(hidden, hidden) -> ReLU`` blocks, for
-    experiments that need more parameters or more modules (timelines, the cost model).
+    experiments that need more parameters or more modules (the timelines). Like ``examples.make_model`` it
+    leaves the global random state alone: every rank builds the same weights from ``seed``.
     """
-    torch.manual_seed(seed)
-    norm = [nn.BatchNorm1d(hidden)] if batchnorm else []
-    blocks = [layer for _ in range(depth - 2) for layer in (nn.Linear(hidden, hidden), nn.ReLU())]
-    return nn.Sequential(nn.Linear(8, hidden), *norm, nn.ReLU(), *blocks, nn.Linear(hidden, 4))
+    return examples.mlp(lesson_mlp(hidden, depth).widths, seed, batchnorm)
 
 
 def data(samples: int = 64, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:

@@ -6,8 +6,9 @@ records the DataParallel one for the same model and batches). The steps:
 
 * ``replicate``: ``DistributedDataParallel(model)``, whose constructor broadcasts rank 0's parameters
   and buffers. Once, before training; DataParallel replicates on every forward.
-* ``forward``, ``backward`` (the whole ``loss.backward()`` call, which also waits for the last bucket),
-  ``optimizer`` (``optimizer.step()``, run by every rank on its own copy of the weights).
+* ``forward``, ``backward`` (the loss and the whole ``loss.backward()`` call, which also waits for the last
+  bucket), ``optimizer`` (the SGD update, run by every rank on its own copy of the weights): the phases of
+  ``dpcourse.timing.timed_step``.
 * ``allreduce``: one per gradient bucket, from the moment the bucket is full (DDP calls its comm hook)
   until the all-reduce has finished, recorded by a hook that wraps DDP's default one
   (``allreduce_hook`` in ``torch/distributed/algorithms/ddp_comm_hooks/default_hooks.py``). These
@@ -19,11 +20,10 @@ machines the clocks are unrelated. On a GPU each span synchronizes the device fi
 GPU work, not the launch (which slightly reduces the overlap it shows).
 """
 
-import contextlib
 import dataclasses
+import functools
 import threading
 import time
-from collections.abc import Iterator
 
 import torch
 import torch.distributed as dist
@@ -31,33 +31,37 @@ from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_
 
 from ..data_parallel import DataParallel
 from ..devices import devices
+from ..timing import StepTimes, synchronized_clock, timed_step
 from ..trace import Span, Trace, bytes_of, trace
 from .launcher import device, launch
 from .lesson import data, loss_fn, model, shard, wrap
+
+LEARNING_RATE = 0.1
 
 
 class _Recorder:
     def __init__(self, rank: int, here: torch.device, origin: float) -> None:
         self.rank, self.here, self.origin = rank, here, origin
+        self.clock = synchronized_clock([here])
         self.spans: list[Span] = []
         self.lock = threading.Lock()
 
     def now(self) -> float:
-        if self.here.type == "cuda":
-            torch.cuda.synchronize(self.here)
-        return time.perf_counter() - self.origin
+        return self.clock() - self.origin
 
-    def add(self, step: str, start: float, shapes: list[list[int]] | None = None, bytes_copied: int = 0) -> None:
-        span = Span(step, start, self.now(), f"rank-{self.rank}", self.rank, str(self.here), shapes or [],
-                    bytes_copied)
+    def add(self, step: str, start: float, end: float, shapes: list[list[int]] | None = None,
+            bytes_copied: int = 0) -> None:
+        span = Span(step, start, end, f"rank-{self.rank}", self.rank, str(self.here), shapes or [], bytes_copied)
         with self.lock:  # allreduce spans end on the communication thread
             self.spans.append(span)
 
-    @contextlib.contextmanager
-    def span(self, step: str, **details) -> Iterator[None]:
-        start = self.now()
-        yield
-        self.add(step, start, **details)
+    def add_step(self, times: StepTimes, shapes: list[list[int]]) -> None:
+        """One training step's ``forward``, ``backward`` (the loss too) and ``optimizer`` spans."""
+        forwarded = times.start + times.forward
+        backwarded = forwarded + times.backward
+        self.add("forward", times.start, forwarded, shapes)
+        self.add("backward", forwarded, backwarded)
+        self.add("optimizer", backwarded, backwarded + times.optimizer)
 
     def allreduce_hook(
         self, process_group: dist.ProcessGroup | None, bucket: dist.GradBucket
@@ -65,7 +69,7 @@ class _Recorder:
         start, size = self.now(), bytes_of(bucket.buffer())
 
         def finished(future: torch.futures.Future) -> torch.Tensor:
-            self.add("allreduce", start, bytes_copied=size)
+            self.add("allreduce", start, self.now(), bytes_copied=size)
             return future.value()
 
         return allreduce_hook(process_group, bucket).then(finished)
@@ -78,21 +82,18 @@ def _timeline(steps: int, batch: int, hidden: int, depth: int, bucket_cap_mb: fl
     origin = torch.tensor([time.perf_counter()], dtype=torch.float64, device=here)
     dist.broadcast(origin, src=0)
     recorder = _Recorder(rank, here, origin.item())
-    with recorder.span("replicate", bytes_copied=bytes_of(list(module.parameters()) + list(module.buffers()))):
-        ddp_model = wrap(module, here, bucket_cap_mb=bucket_cap_mb)
+    start = recorder.now()
+    ddp_model = wrap(module, here, bucket_cap_mb=bucket_cap_mb)
+    recorder.add("replicate", start, recorder.now(),
+                 bytes_copied=bytes_of(list(module.parameters()) + list(module.buffers())))
     ddp_model.register_comm_hook(None, recorder.allreduce_hook)
-    optimizer = torch.optim.SGD(ddp_model.parameters(), lr=0.1)
     x, y = data(steps * batch)
     for step in range(steps):
         mine = [step * batch + i for i in shard(batch, rank, world)]
         inputs, targets = x[mine].to(here), y[mine].to(here)
-        optimizer.zero_grad()
-        with recorder.span("forward", shapes=[list(inputs.shape)]):
-            loss = loss_fn(ddp_model(inputs), targets)
-        with recorder.span("backward"):
-            loss.backward()
-        with recorder.span("optimizer"):
-            optimizer.step()
+        times = timed_step(ddp_model, module, inputs, functools.partial(loss_fn, target=targets), LEARNING_RATE,
+                           recorder.now)
+        recorder.add_step(times, [list(inputs.shape)])
     return [dataclasses.asdict(span) for span in recorder.spans]
 
 
@@ -112,14 +113,13 @@ def timeline(world_size: int = 2, steps: int = 3, batch: int = 64, hidden: int =
 
 def dp_timeline(n: int = 2, steps: int = 3, batch: int = 64, hidden: int = 512, depth: int = 4) -> Trace:
     """The same training, with ``dpcourse.DataParallel`` on ``dpcourse.devices(n)``, traced in this process."""
-    dp = DataParallel(model(hidden=hidden, depth=depth), devices=devices(n))
-    optimizer = torch.optim.SGD(dp.parameters(), lr=0.1)
+    module = model(hidden=hidden, depth=depth)
+    dp = DataParallel(module, devices=devices(n))
     x, y = data(steps * batch)
     here = dp.devices[0]
     with trace() as recorded:
         for step in range(steps):
             part = slice(step * batch, (step + 1) * batch)
-            optimizer.zero_grad()
-            loss_fn(dp(x[part].to(here)), y[part].to(here)).backward()
-            optimizer.step()
+            loss = functools.partial(loss_fn, target=y[part].to(here))
+            timed_step(dp, module, x[part].to(here), loss, LEARNING_RATE)
     return recorded

@@ -11,7 +11,8 @@ import re
 
 import ipywidgets as widgets
 
-from dpcourse.widgets._base import css_width, png_bytes, reports_errors, show_png
+from dpcourse.viz.png import css_width, png_bytes
+from dpcourse.widgets._base import reports_errors, show_png
 
 from .bank import find_question, load_lesson
 from .experiments import run_experiment

@@ -19,6 +19,7 @@ from dpcourse.trace import Trace
 from .chunks import chunk_split
 from .gather import gather_view
 from .gradients import gradient_sum, per_replica_mean_bias
+from .png import png_bytes
 from .replicate import replicate_map
 from .scaling import measure_scaling, scaling
 from .timeline import timeline
@@ -70,7 +71,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     for name, make in FIGURES.items():
         path = folder / f"{name}.png"
-        make().savefig(path, dpi=100)
+        path.write_bytes(png_bytes(make(), pixel_ratio=1))
         print(path)
 
 

@@ -6,7 +6,6 @@ Steps of a DataParallel iteration (used by the timeline) take Paul Tol's pale "l
 a step's fill is never mistaken for a device's strong colour. Grey always means "idle / not used".
 """
 
-import io
 from collections.abc import Sequence
 
 import torch
@@ -14,6 +13,8 @@ from matplotlib.axes import Axes
 from matplotlib.colors import to_rgb
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch, Rectangle
+
+from .png import png_bytes
 
 # Okabe–Ito, reordered so the first devices get the colours easiest to tell apart on white.
 DEVICE_COLORS = ("#0072B2", "#E69F00", "#009E73", "#D55E00", "#56B4E9", "#CC79A7", "#F0E442", "#000000")
@@ -63,9 +64,7 @@ class CourseFigure(Figure):
     """
 
     def _repr_png_(self) -> bytes:
-        buffer = io.BytesIO()
-        self.savefig(buffer, format="png", bbox_inches="tight")
-        return buffer.getvalue()
+        return png_bytes(self, pixel_ratio=1, tight=True)  # IPython cannot be told a display width here
 
 
 def new_figure(height: float, width: float = MAX_WIDTH) -> Figure:

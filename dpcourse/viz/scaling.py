@@ -1,7 +1,6 @@
 """Figure: step time and speed-up against the number of devices, from measured steps."""
 
 import statistics
-import time
 from collections.abc import Mapping, Sequence
 
 import torch
@@ -9,6 +8,7 @@ from matplotlib.figure import Figure
 from torch import nn
 
 import dpcourse
+from dpcourse.timing import synchronized_clock, timed_step
 from dpcourse.trace import Trace
 
 from .palette import REFERENCE_COLOR, device_color, new_figure, plural
@@ -30,27 +30,22 @@ def measure_scaling(
 ) -> dict[int, list[float]]:
     """Time ``steps`` training steps of ``DataParallel(model, dpcourse.devices(n))`` for each ``n``.
 
-    A step is forward, ``.pow(2).mean()`` as the loss, and backward (no optimizer, so the weights stay
-    put; the gradients are cleared after each step). One warm-up step per ``n`` is run and not counted:
-    the first call pays for thread pools and allocations. Times come from ``time.perf_counter``, after a
-    ``torch.cuda.synchronize()`` on GPUs, since a GPU runs asynchronously. ``model`` is moved to
-    ``devices[0]``. Returns ``{n: [seconds per step]}``, the input ``scaling`` draws.
+    A step (``dpcourse.timing.timed_step``) is forward, ``.pow(2).mean()`` as the loss, and backward (no
+    optimizer, so the weights stay put; the gradients are cleared again at the end). One warm-up step per
+    ``n`` is run and not counted: the first call pays for thread pools and allocations. Times come from
+    ``time.perf_counter``, after a ``torch.cuda.synchronize()`` on GPUs, since a GPU runs asynchronously
+    (``timing.synchronized_clock``). ``model`` is moved to ``devices[0]``. Returns ``{n: [seconds per
+    step]}``, the input ``scaling`` draws.
     """
     measured = {}
     for n in device_counts:
         devices = dpcourse.devices(n)
         data_parallel = dpcourse.DataParallel(model.to(devices[0]), devices)
-        x = batch.to(devices[0])
-        times = []
-        for step in range(steps + 1):
-            start = time.perf_counter()
-            data_parallel(x).pow(2).mean().backward()
-            if devices[0].type == "cuda":
-                torch.cuda.synchronize()
-            if step:
-                times.append(time.perf_counter() - start)
-            model.zero_grad(set_to_none=True)
-        measured[n] = times
+        x, clock = batch.to(devices[0]), synchronized_clock(devices)
+        times = [timed_step(data_parallel, model, x, lambda output: output.pow(2).mean(), clock=clock).seconds
+                 for _ in range(steps + 1)]
+        measured[n] = times[1:]
+    model.zero_grad(set_to_none=True)
     return measured
 
 

@@ -7,38 +7,21 @@ notebook checked with nbval would see their captured text as a mismatch.
 
 import functools
 import html
-import io
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
 import ipywidgets as widgets
 from matplotlib.figure import Figure
 
-# A figure is shown at the size of the lessons' own figures: 100 CSS px per inch, matplotlib's figure.dpi, which
-# the notebook's inline backend uses. It is drawn with 2 PNG pixels per CSS px, so it stays sharp on high-density
-# screens and when zoomed. The image gets that width explicitly: with none, a VBox stretches it to the cell's
-# width and a browser scales it up, blurred. Agg's time is mostly layout, not pixels: 2x costs about 40% more.
-CSS_PX_PER_INCH = 100
-PIXEL_RATIO = 2
+from dpcourse.viz.png import css_width, png_bytes
+
 ERROR_STYLE = "color: #C00000; white-space: pre-wrap; font-family: monospace"
 TABLE_STYLE = "border-collapse: collapse; font-family: monospace; font-size: 12px"
 CELL_STYLE = "padding: 1px 10px 1px 0; text-align: left"
 
 
-def png_bytes(fig: Figure) -> bytes:
-    """The figure rendered as PNG bytes for ``ipywidgets.Image.value``, at ``PIXEL_RATIO`` pixels per CSS px."""
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=CSS_PX_PER_INCH * PIXEL_RATIO)
-    return buffer.getvalue()
-
-
-def css_width(fig: Figure) -> str:
-    """The width ``fig`` is shown at (``"700px"`` for a 7-inch figure), for ``png_bytes(fig)`` in an ``Image``."""
-    return f"{round(fig.get_figwidth() * CSS_PX_PER_INCH)}px"
-
-
 def show_png(image: widgets.Image, png: bytes, width: str) -> None:
-    """Put ``png`` in ``image`` at ``width`` (from ``css_width``), shrunk to fit a narrower cell, and show it."""
+    """Put ``png`` in ``image`` at ``width`` (``dpcourse.viz.png``), shrunk to fit a narrower cell, and show it."""
     image.value = png
     image.layout.width = width
     image.layout.display = None

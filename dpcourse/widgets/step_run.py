@@ -58,10 +58,13 @@ class StepRecord:
         return self.devices[: len(self.chunks)]
 
 
-def _sgd_step(model: nn.Module, grads: Tensors, lr: float) -> Tensors:
-    """Plain SGD, ``w -= lr * grad``: what ``torch.optim.SGD(lr=lr).step()`` does, without its ~2 s first import."""
-    with torch.no_grad():
-        return {name: p - lr * grads[name] for name, p in model.named_parameters()}
+def _weights_after_sgd(model: nn.Module, grads: Tensors, lr: float) -> Tensors:
+    """The weights ``examples.sgd_step`` makes from ``grads``, computed on a twin so that ``model`` keeps its own."""
+    twin = examples.twin(model)
+    for name, p in twin.named_parameters():
+        p.grad = grads[name]
+    examples.sgd_step(twin, lr)
+    return {name: p.detach() for name, p in twin.named_parameters()}
 
 
 def run_step(n_devices: int, batch: int, lr: float = LEARNING_RATE) -> StepRecord:
@@ -96,7 +99,7 @@ def run_step(n_devices: int, batch: int, lr: float = LEARNING_RATE) -> StepRecor
     return StepRecord(
         devices=devices, model=model, x=x, y=y, chunks=chunks, replicas=replicas, outputs=outputs,
         gathered=gathered.detach(), loss=loss.detach(), output_grads=list(found[:n]), replica_grads=replica_grads,
-        grads=grads, weights_before=before, weights_after=_sgd_step(examples.twin(model), grads, lr),
+        grads=grads, weights_before=before, weights_after=_weights_after_sgd(model, grads, lr),
         single_loss=single_loss.detach(), single_grads=single_grads,
-        single_weights_after=_sgd_step(single, single_grads, lr), trace=recorded,
+        single_weights_after=_weights_after_sgd(single, single_grads, lr), trace=recorded,
     )

@@ -6,18 +6,9 @@ import ipywidgets as widgets
 
 from dpcourse import viz
 from dpcourse.viz.palette import new_figure
+from dpcourse.viz.png import css_width, png_bytes
 
-from ._base import (
-    Explorer,
-    css_width,
-    int_slider,
-    paragraph,
-    png_bytes,
-    reports_errors,
-    selection_slider,
-    show_png,
-    toggle_buttons,
-)
+from ._base import Explorer, int_slider, paragraph, reports_errors, selection_slider, show_png, toggle_buttons
 from .timing import MODELS, describe, stage_totals, trace_steps
 
 BATCHES = (16, 64, 256)
@@ -88,7 +79,7 @@ class Timeline(Explorer):
         except Exception:
             self.status.value = paragraph(f"{self._describe_settings()}: the run failed, see below.")
             raise  # reports_errors shows it in the message area
-        median = sorted(measured, key=lambda timed: timed.seconds)[len(measured) // 2]
+        median = sorted(measured, key=lambda timed: timed.times.seconds)[len(measured) // 2]
         figure = viz.timeline(median.trace)
         show_png(self.image, png_bytes(figure), css_width(figure))
         self.totals.value = describe(stage_totals(measured), steps)

@@ -8,16 +8,13 @@ again, the replica threads must be woken, outputs gathered) weigh as much as the
 
 import dataclasses
 import statistics
-import time
-from collections.abc import Callable, Sequence
-from typing import Any
-
-import torch
-from torch import nn
+from collections.abc import Sequence
 
 import dpcourse
 from dpcourse import examples
+from dpcourse.timing import StepTimes, synchronized_clock, timed_step
 from dpcourse.trace import STEPS, Span, Trace
+from dpcourse.workloads import WIDE_MLP, ModelToTime
 
 from ._base import paragraph, table
 
@@ -29,34 +26,12 @@ OPTIMIZER = "optimizer step"
 OVERHEAD = ("scatter", "replicate", "gather", "gather-backward", "reduce-add", "scatter-backward", FORWARD_GAPS)
 
 
-@dataclasses.dataclass(frozen=True)
-class ModelChoice:
-    """A model to time, with the input width and number of classes of its random batches."""
-
-    label: str
-    layers: Callable[[], nn.Module]
-    features: int
-    classes: int
-
-    def build(self) -> nn.Module:
-        """The model, with the same weights every time (the global random state is left alone)."""
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(0)
-            return self.layers()
-
-
 MODELS = {
-    "small": ModelChoice("the course MLP (8-16-4)", examples.make_model, 8, 4),
-    "large": ModelChoice(
-        "a 512-1024-1024-10 MLP",
-        lambda: nn.Sequential(nn.Linear(512, 1024), nn.ReLU(), nn.Linear(1024, 1024), nn.ReLU(), nn.Linear(1024, 10)),
-        512,
-        10,
-    ),
-    "many-layers": ModelChoice(
-        "100 tiny Linear(8, 8) layers", lambda: nn.Sequential(*(nn.Linear(8, 8) for _ in range(100))), 8, 8
-    ),
+    "small": ModelToTime("the course MLP (8-16-4)", (examples.FEATURES, examples.HIDDEN, examples.CLASSES)),
+    "large": WIDE_MLP,
+    "many-layers": ModelToTime("100 tiny Linear(8, 8) layers", (8,) * 101, relu=False),
 }
+LEARNING_RATE = 0.01
 
 
 def busy_seconds(spans: Sequence[Span]) -> float:
@@ -70,50 +45,33 @@ def busy_seconds(spans: Sequence[Span]) -> float:
 
 @dataclasses.dataclass
 class TimedStep:
-    """One traced training step and the wall time of its three phases, in seconds."""
+    """One traced training step and the wall time of its three phases (``timing.StepTimes``)."""
 
     trace: Trace
-    forward: float  # data_parallel(x): scatter, replicate, parallel_apply, gather
-    backward: float  # the loss and loss.backward()
-    optimizer: float  # optimizer.zero_grad() and optimizer.step()
-
-    @property
-    def seconds(self) -> float:
-        return self.forward + self.backward + self.optimizer
+    times: StepTimes
 
 
-def trace_steps(choice: ModelChoice, n_devices: int, batch: int, steps: int) -> list[TimedStep]:
+def trace_steps(choice: ModelToTime, n_devices: int, batch: int, steps: int) -> list[TimedStep]:
     """One untraced warm-up step, then ``steps`` traced SGD steps of ``DataParallel`` of a fresh model.
 
     The warm-up pays once for threads and allocations. On a GPU each phase ends with a synchronize, so its
     wall time covers the GPU work and not just the launches.
     """
     devices = dpcourse.devices(n_devices)
-    model = choice.build().to(devices[0])
+    model = choice.model().to(devices[0])
     data_parallel = dpcourse.DataParallel(model, devices)
-    generator = torch.Generator().manual_seed(0)
-    x = torch.randn(batch, choice.features, generator=generator).to(devices[0])
-    y = torch.randint(0, choice.classes, (batch,), generator=generator).to(devices[0])
+    x, y = choice.batch(batch, devices[0])
+    clock = synchronized_clock(devices)
 
-    def timed(work: Callable[[], Any]) -> tuple[Any, float]:
-        start = time.perf_counter()
-        result = work()
-        if devices[0].type == "cuda":
-            torch.cuda.synchronize()
-        return result, time.perf_counter() - start
-
-    def step() -> tuple[float, float, float]:
-        output, forward = timed(lambda: data_parallel(x))
-        _, backward = timed(lambda: examples.loss_fn(output, y).backward())
-        _, update = timed(lambda: (examples.sgd_step(model, lr=0.01), model.zero_grad()))
-        return forward, backward, update
+    def step() -> StepTimes:
+        return timed_step(data_parallel, model, x, lambda output: examples.loss_fn(output, y), LEARNING_RATE, clock)
 
     step()
     measured = []
     for _ in range(steps):
         with dpcourse.trace() as recorded:
-            seconds = step()
-        measured.append(TimedStep(recorded, *seconds))
+            times = step()
+        measured.append(TimedStep(recorded, times))
     return measured
 
 
@@ -124,10 +82,10 @@ def stage_totals(measured: Sequence[TimedStep]) -> dict[str, float]:
         stages = {stage: busy_seconds(timed.trace.steps(stage)) for stage in STEPS}
         forward_busy = busy_seconds([s for s in timed.trace.spans if s.step in FORWARD_STEPS])
         backward_busy = busy_seconds([s for s in timed.trace.spans if s.step not in FORWARD_STEPS])
-        stages[FORWARD_GAPS] = max(0.0, timed.forward - forward_busy)
-        stages[BACKWARD_GAPS] = max(0.0, timed.backward - backward_busy)
-        stages[OPTIMIZER] = timed.optimizer
-        stages["step"] = timed.seconds
+        stages[FORWARD_GAPS] = max(0.0, timed.times.forward - forward_busy)
+        stages[BACKWARD_GAPS] = max(0.0, timed.times.backward - backward_busy)
+        stages[OPTIMIZER] = timed.times.optimizer
+        stages["step"] = timed.times.seconds
         per_step.append(stages)
     return {name: statistics.fmean(s[name] for s in per_step) for name in per_step[0] if any(s[name] for s in per_step)}
 

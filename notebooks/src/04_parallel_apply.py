@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 import dpcourse
-from dpcourse import examples, exercises, quiz
+from dpcourse import examples, exercises, quiz, viz
 
 devices = dpcourse.devices(3)
 model = examples.make_model()
@@ -45,6 +45,25 @@ for batch in (10, 1):
     runs = sorted((s.replica, s.thread, s.shapes[0]) for s in t.steps("forward"))
     print(f"batch of {batch:2d}:", ", ".join(f"replica {i} ran {shape} in {thread}" for i, thread, shape in runs))
 print("this notebook's code runs in", threading.current_thread().name)
+
+# %% [markdown]
+# Started one after another, do the threads also *run* one after another? The course model's forward does
+# almost no work, often less than starting the next thread takes, so in a timeline of it (the quiz's, for
+# one) each replica's forward can be over before the next one begins: a staircase. Give every replica real
+# arithmetic and the forwards overlap. Below, two `Linear(512, 512)` layers on 1,536 rows, 3 devices: torch
+# runs the matrix products in C++ with the [GIL](00_start_here.ipynb#Glossary) released (see "Threads and
+# the GIL" below). How much they overlap depends on the free cores and on how soon each thread gets going.
+# One lane per thread; the hatched bars are the replicas' forwards:
+
+# %%
+wide = examples.mlp((512, 512, 512))
+with dpcourse.trace() as t:
+    dpcourse.DataParallel(wide, devices=devices)(torch.randn(1536, 512, generator=torch.Generator().manual_seed(0)))
+forwards = sorted(t.steps("forward"), key=lambda span: span.start)
+print("the forwards ran in", [span.thread for span in forwards])
+print("two or more of them were running at the same moment:",
+      any(later.start < earlier.end for earlier, later in zip(forwards, forwards[1:])))
+viz.timeline(t)
 
 # %% [markdown]
 # A forward hook registered on your model is shared by every replica (the hook dictionary travels with the

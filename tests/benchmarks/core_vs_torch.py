@@ -27,51 +27,37 @@ import torch
 from torch import nn
 
 import dpcourse
-from dpcourse.examples import sgd_step
 from dpcourse.timing import interleaved, wall_time
+from dpcourse.workloads import ModelToTime
 
 from .torch_on_cpu import torch_on_cpu
+from .workloads import batch_size, training_step, workloads
 
-MODELS = {  # widths, input first and classes last; ReLU between the Linear layers
-    "mlp": (512, 1024, 1024, 10),
-    "small-layers": (32,) * 201,
-}
-BATCH = 256
-LR = 1e-4
+MODELS = {model.label: model for model in workloads(quick=False)}
+BATCH = batch_size(quick=False)
 
 
-def build(widths: tuple[int, ...]) -> nn.Sequential:
-    torch.manual_seed(0)
-    linears = [nn.Linear(a, b) for a, b in zip(widths, widths[1:], strict=False)]
-    return nn.Sequential(*[m for linear in linears for m in (linear, nn.ReLU())][:-1])
-
-
-def training_step(forward: nn.Module, model: nn.Module, widths: tuple[int, ...], steps: int) -> Callable[[], None]:
+def training_steps(forward: nn.Module, model: nn.Module, workload: ModelToTime, steps: int) -> Callable[[], None]:
     """``steps`` training steps of ``forward`` (the model or a wrapper of it) on one fixed batch."""
-    generator = torch.Generator().manual_seed(1)
-    x = torch.randn(BATCH, widths[0], generator=generator)
-    y = torch.randint(0, widths[-1], (BATCH,), generator=generator)
+    step = training_step(forward, model, workload, BATCH, torch.device("cpu"))
 
     def run() -> None:
         for _ in range(steps):
-            for p in model.parameters():
-                p.grad = None
-            nn.functional.cross_entropy(forward(x), y).backward()
-            sgd_step(model, LR)
+            step()
 
     return run
 
 
-def measure(widths: tuple[int, ...], rounds: int, warmup: int, steps: int) -> dict:
+def measure(workload: ModelToTime, rounds: int, warmup: int, steps: int) -> dict:
     """Interleaved rounds of dpcourse, torch and one device; per-step seconds and the paired ratios."""
-    models = {name: build(widths) for name in ("dpcourse", "torch", "one device")}
+    models = {name: workload.model() for name in ("dpcourse", "torch", "one device")}
     wrappers = {
         "dpcourse": dpcourse.DataParallel(models["dpcourse"], devices=dpcourse.devices(2)),
         "torch": nn.DataParallel(models["torch"], device_ids=[0, 1]),  # inside torch_on_cpu(): see main()
         "one device": models["one device"],
     }
     assert wrappers["torch"].device_ids == [0, 1], "torch's DataParallel must be built inside torch_on_cpu()"
-    variants = {name: wall_time(training_step(wrappers[name], models[name], widths, steps)) for name in models}
+    variants = {name: wall_time(training_steps(wrappers[name], models[name], workload, steps)) for name in models}
     measured = interleaved(variants, rounds, warmup)
     measured.samples = {name: [s / steps for s in seconds] for name, seconds in measured.samples.items()}
     return measured.report(baseline="torch", ratio_key="ratio_to_torch")

@@ -12,31 +12,32 @@ import torch
 
 import dpcourse
 from dpcourse.timing import interleaved, wall_time
+from dpcourse.workloads import ModelToTime
 
-from .workloads import Workload, dp_step, tracing_cost, training_step, workloads
+from .workloads import batch_size, dp_step, tracing_cost, training_step, workloads
 
 BREAKDOWN = ("scatter", "replicate", "forward", "gather", "gather-backward", "backward", "reduce-add")
 CPU = torch.device("cpu")
 
 
-def scaling(workload: Workload, counts: tuple[int, ...], rounds: int, warmup: int) -> dict:
+def scaling(workload: ModelToTime, batch: int, counts: tuple[int, ...], rounds: int, warmup: int) -> dict:
     """Step times on every device count, interleaved with the plain step, and each one's paired ratio to it."""
     model = workload.model()
-    steps = {"single": training_step(model, model, workload, CPU)}
-    steps |= {f"dp{n}": dp_step(workload, model, [CPU] * n) for n in counts}
+    steps = {"single": training_step(model, model, workload, batch, CPU)}
+    steps |= {f"dp{n}": dp_step(workload, batch, model, [CPU] * n) for n in counts}
     measured = interleaved({name: wall_time(step) for name, step in steps.items()}, rounds, warmup)
     report = measured.report("single", "vs_single")
     return {**report, "samples_s": measured.samples, "others_cores_per_round": measured.others}
 
 
-def breakdown(workload: Workload, n: int, traced_steps: int, warmup: int) -> dict[str, float]:
+def breakdown(workload: ModelToTime, batch: int, n: int, traced_steps: int, warmup: int) -> dict[str, float]:
     """Median milliseconds of each DataParallel step on ``n`` CPU devices, read from traces.
 
     A step's time runs from its first span's start to its last span's end, over all replicas. ``wake`` is
     replicate's end to the first forward's start (handing the replicas to their threads), ``stagger`` the
     first forward's start to the last one's, ``other`` what no span covers (loss, optimizer, Python glue).
     """
-    step = wall_time(dp_step(workload, workload.model(), [CPU] * n))
+    step = wall_time(dp_step(workload, batch, workload.model(), [CPU] * n))
     parts: dict[str, list[float]] = {name: [] for name in ("total", *BREAKDOWN, "wake", "stagger", "other")}
     for i in range(warmup + traced_steps):
         with dpcourse.trace() as t:
@@ -56,15 +57,14 @@ def breakdown(workload: Workload, n: int, traced_steps: int, warmup: int) -> dic
 
 def run(quick: bool, rounds: int, warmup: int) -> dict:
     """Every CPU measurement, by workload: scaling, the per-step breakdown and the cost of tracing."""
-    counts = (1, 2) if quick else (1, 2, 4)
+    counts, batch = ((1, 2) if quick else (1, 2, 4)), batch_size(quick)
     results = {}
     for workload in workloads(quick):
-        print(f"cpu: {workload.describe()}", flush=True)
-        torch.manual_seed(0)
-        results[workload.name] = {
-            "model": {"layers": list(workload.layers), "batch": workload.batch},
-            "scaling": scaling(workload, counts, rounds, warmup),
-            "breakdown": {str(n): breakdown(workload, n, rounds, warmup) for n in counts if n > 1},
-            "tracing": tracing_cost(workload, [CPU] * 2, rounds, warmup),
+        print(f"cpu: {workload.describe()}, batch {batch}", flush=True)
+        results[workload.label] = {
+            "model": {"layers": list(workload.widths), "batch": batch},
+            "scaling": scaling(workload, batch, counts, rounds, warmup),
+            "breakdown": {str(n): breakdown(workload, batch, n, rounds, warmup) for n in counts if n > 1},
+            "tracing": tracing_cost(workload, batch, [CPU] * 2, rounds, warmup),
         }
     return results

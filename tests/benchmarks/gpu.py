@@ -13,8 +13,9 @@ from torch import nn
 
 import dpcourse
 from dpcourse.timing import Sample, interleaved, summary
+from dpcourse.workloads import ModelToTime
 
-from .workloads import Workload, dp_step, tracing_cost, training_step, workloads
+from .workloads import batch_size, dp_step, tracing_cost, training_step, workloads
 
 
 def cuda_time(step: Callable[[], object]) -> Sample:
@@ -39,14 +40,16 @@ def device_lists() -> list[list[int]]:
     return [[0], [0, 0]] + ([list(range(count))] if count > 1 else [])
 
 
-def versus_torch(workload: Workload, device_ids: list[int], rounds: int, warmup: int, timer=cuda_time) -> dict:
+def versus_torch(
+    workload: ModelToTime, batch: int, device_ids: list[int], rounds: int, warmup: int, timer=cuda_time
+) -> dict:
     """The same model and batch: plain step, dpcourse.DataParallel and torch.nn.DataParallel, interleaved."""
     devices = [torch.device("cuda", i) for i in device_ids]
     model = workload.model().to(devices[0])
     steps = {
-        "single": training_step(model, model, workload, devices[0]),
-        "dpcourse": dp_step(workload, model, devices),
-        "torch": training_step(torch.nn.DataParallel(model, device_ids=device_ids), model, workload, devices[0]),
+        "single": training_step(model, model, workload, batch, devices[0]),
+        "dpcourse": dp_step(workload, batch, model, devices),
+        "torch": training_step(torch.nn.DataParallel(model, device_ids=device_ids), model, workload, batch, devices[0]),
     }
     return interleaved({name: timer(step) for name, step in steps.items()}, rounds, warmup).report("torch", "vs_torch")
 
@@ -106,12 +109,13 @@ def run(quick: bool, rounds: int, warmup: int) -> dict:
         print("gpu: skipped, no CUDA device", flush=True)
         return {"skipped": "no CUDA device on this machine"}
     results: dict = {"versus_torch": {}, "tracing": {}}
+    batch = batch_size(quick)
     for workload in workloads(quick):
         for ids in device_lists():
-            print(f"gpu: {workload.describe()} on devices {ids}", flush=True)
-            results["versus_torch"][f"{workload.name} {ids}"] = versus_torch(workload, ids, rounds, warmup)
+            print(f"gpu: {workload.describe()}, batch {batch} on devices {ids}", flush=True)
+            results["versus_torch"][f"{workload.label} {ids}"] = versus_torch(workload, batch, ids, rounds, warmup)
         pair = [torch.device("cuda", i) for i in device_lists()[-1]]
-        results["tracing"][workload.name] = tracing_cost(workload, pair, rounds, warmup, timer=cuda_time)
+        results["tracing"][workload.label] = tracing_cost(workload, batch, pair, rounds, warmup, timer=cuda_time)
     count = torch.cuda.device_count()
     pair = [torch.device("cuda", 0), torch.device("cuda", 1 if count > 1 else 0)]
     layers, width = (2, 256) if quick else (6, 4096)

@@ -45,12 +45,20 @@ def replica_error_message() -> Outcome:
 
 
 class WhereAmI(nn.Module):
+    """Records which thread and process runs each replica's forward, then does a little real work.
+
+    The work is a 512×512 matrix product, which releases the GIL as torch's kernels do, so the replicas'
+    forwards overlap in the timeline as they would on real devices.
+    """
+
     def __init__(self) -> None:
         super().__init__()
         self.places: list[tuple[str, int]] = []
+        self.register_buffer("work", torch.randn(512, 512, generator=torch.Generator().manual_seed(0)))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         self.places.append((threading.current_thread().name, os.getpid()))
+        self.work @ self.work
         return x
 
 

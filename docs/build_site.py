@@ -14,8 +14,12 @@ What comes out (open ``site/index.html``, or serve the folder: ``python -m http.
 The notebooks are not executed again: they are committed executed, with their widget state saved
 (notebooks/build.py), and the pages show that state. nbconvert embeds it; the widget renderer
 (``@jupyter-widgets/html-manager``'s ``embed-amd.js``, the 1.x line that renders ipywidgets 8 state) draws the
-quizzes and explorers from it. There is no kernel, so the widgets show their saved state and clicks change
-nothing that needs Python.
+quizzes and explorers from it. There is no kernel, so the widgets show their saved state and clicks could
+change nothing that needs Python: every widget's controls are disabled and greyed, under a note that says to
+open the lesson in JupyterLab (``NO_KERNEL``). What the notebooks keep collapsed stays collapsed
+(``COLLAPSED``): an exercise's solution (its cell's ``jupyter.source_hidden``) and an output that gives away
+the answer of a quiz above it (``jupyter.outputs_hidden``, from the ``reveals-answer`` tag; notebooks/build.py
+sets both) are each inside a closed ``<details>``, one click away, on the pages and in the slides.
 
 Why a script in docs/ and not ``dpcourse/site.py``: it is a tool for whoever publishes the course, not
 something a learner imports; it needs nbconvert and the npm folder beside it, neither of which the installed
@@ -75,16 +79,85 @@ REQUIRE_JS = """{%- block html_head_js_requirejs -%}
 {%- endblock html_head_js_requirejs -%}
 """.replace("STATIC", STATIC)
 
+# Both templates: what the notebooks keep collapsed is in a closed <details> (its class names it, for the tests),
+# and every widget view gets a note that it needs a kernel (NO_KERNEL disables its controls).
+COLLAPSED = """
+{% block input_group -%}
+{%- if cell.metadata.get("jupyter", {}).get("source_hidden") -%}
+<details class="dpcourse-solution"><summary>Solution, collapsed: try the exercise first, then click to show it</summary>
+{{ super() }}
+</details>
+{%- else -%}
+{{ super() }}
+{%- endif -%}
+{% endblock input_group %}
+{% block output_group -%}
+{%- if cell.metadata.get("jupyter", {}).get("outputs_hidden") -%}
+<details class="dpcourse-hidden-output"><summary>Output hidden, as it gives away the quiz above: predict your answer
+first, then click to show it</summary>
+{{ super() }}
+</details>
+{%- else -%}
+{{ super() }}
+{%- endif -%}
+{% endblock output_group %}
+{%- block data_widget_view -%}
+<div class="dpcourse-needs-kernel">
+<p class="dpcourse-needs-kernel-note">Needs a running kernel: open this lesson in JupyterLab to use these controls.</p>
+{{ super() }}
+</div>
+{%- endblock data_widget_view -%}
+"""
+
+# Both templates: a widget's controls would look live and do nothing, so they are disabled as the renderer adds
+# them (a MutationObserver, since the views render after the page loads) and greyed; sliders are not form
+# elements, so CSS takes the pointer away from them. The summaries look clickable.
+NO_KERNEL = """
+<style>
+.dpcourse-needs-kernel { flex-grow: 1; min-width: 0; }
+.dpcourse-needs-kernel-note { margin: 0.2em 0 0.4em; font-style: italic; color: #555; }
+.dpcourse-needs-kernel :is(button, input, select, textarea, .widget-slider, .widget-radio-box label) {
+  pointer-events: none; cursor: not-allowed; opacity: 0.55; filter: grayscale(1);
+}
+details.dpcourse-solution > summary, details.dpcourse-hidden-output > summary {
+  cursor: pointer; margin: 0.3em 0; padding: 0.3em 0.6em; border: 1px dashed #999; border-radius: 4px;
+  color: #444; background: #f6f6f6; font-style: italic;
+}
+</style>
+<script>
+(function () {
+  function disableControls(root) {
+    // Only what is not disabled yet: every change below is itself a mutation the observer sees.
+    root.querySelectorAll('.dpcourse-needs-kernel :is(button, input, select, textarea):enabled').forEach(
+      function (el) { el.disabled = true; });
+    root.querySelectorAll('.dpcourse-needs-kernel [tabindex]:not([tabindex="-1"])').forEach(function (el) {
+      el.setAttribute('tabindex', '-1');  // slider handles and other focusable parts: out of the tab order
+      el.setAttribute('aria-disabled', 'true');
+    });
+    root.querySelectorAll('.dpcourse-needs-kernel [contenteditable="true"]').forEach(function (el) {
+      el.setAttribute('contenteditable', 'false');  // a slider's readout, which could be typed into
+    });
+  }
+  new MutationObserver(function () { disableControls(document); }).observe(document.documentElement, {
+    childList: true, subtree: true, attributes: true, attributeFilter: ['disabled', 'tabindex', 'contenteditable']});
+  document.addEventListener('DOMContentLoaded', function () { disableControls(document); });
+})();
+</script>
+"""
+
 # The slides also: widget buttons as wide as their labels; mermaid loaded as the page template does, only when
 # a slide has a diagram (the stock deck imports it from a CDN every time); and the deck's Reveal on `window`,
 # for the tests.
 TEMPLATES = {
-    "dpcourse_page.html.j2": "{%- extends 'index.html.j2' -%}\n" + REQUIRE_JS,
-    "dpcourse_slides.html.j2": "{%- extends 'index.html.j2' -%}\n" + REQUIRE_JS + """
-{% block html_head_css %}
+    "dpcourse_page.html.j2": "{%- extends 'index.html.j2' -%}\n" + REQUIRE_JS + COLLAPSED
+    + "{% block html_head_css %}" + NO_KERNEL + "{% endblock html_head_css %}",
+    "dpcourse_slides.html.j2": "{%- extends 'index.html.j2' -%}\n" + REQUIRE_JS + COLLAPSED + """
+{% block html_head_css %}""" + NO_KERNEL + """
 <style>
 /* The slides' larger font would cut the widgets' fixed-width button labels short ("Check my ..."). */
 .reveal .widget-button, .reveal .widget-toggle-button { width: max-content; }
+/* The notes and the collapsed cells' summaries at the size of the code, not of the slides' headings. */
+.reveal .dpcourse-needs-kernel-note, .reveal details > summary { font-size: 19px; line-height: 1.4; }
 </style>
 {% endblock html_head_css %}
 {% from 'mermaidjs.html.j2' import mermaid_js %}
@@ -134,7 +207,9 @@ li {{ margin: 0.6em 0; }}
 <p>Every forward pass of DataParallel is four steps: scatter → replicate → parallel_apply → gather.
 The lessons take them one at a time.</p>
 <p>These pages are the notebooks as they were last run, on CPU devices. Quizzes and explorers show their saved
-state; to answer a quiz or move a slider you need the notebooks in JupyterLab (see the course README).</p>
+state, with their controls disabled: to answer a quiz or move a slider you need the notebooks in JupyterLab (see
+the course README). Exercise solutions, and outputs that would give a quiz's answer away, are collapsed: predict
+first, then click to open them.</p>
 <ul class="lessons">
 {items}
 </ul>

@@ -16,7 +16,9 @@ Each source is a Python file in jupytext's "percent" format (what jupytext, VS C
 
 jupytext turns it into cells, with the tags in each cell's metadata (nbval reads "nbval-ignore-output").
 This script then adds what a classroom needs: a code cell tagged "solution" is shown collapsed (an exercise's
-answer, one click away), and cells that open with a level-1 or level-2 heading start a new slide. The
+answer, one click away); a code cell tagged "reveals-answer" (its output gives away the answer of a quiz
+above it) keeps its outputs collapsed in both editions, so that the learner answers before seeing them; and
+cells that open with a level-1 or level-2 heading start a new slide. The
 notebook is run top to bottom in a fresh kernel and saved with its outputs and widget state, which is what
 nbval compares against (tests/nbval_sanitize.cfg masks what legitimately changes between runs).
 
@@ -46,6 +48,8 @@ KERNEL = {"name": "python3", "display_name": "Python 3", "language": "python"}
 EDITIONS = {"instructor": HERE, "student": HERE / "student"}
 SOLUTION = re.compile(r"^(?P<indent>[ \t]*)### BEGIN SOLUTION\n.*?^[ \t]*### END SOLUTION\n?", re.MULTILINE | re.DOTALL)
 STUB = '{indent}raise NotImplementedError("Your code here: write this, then run the check below.")\n'
+SOLUTION_TAG = "solution"  # a code cell holding an exercise's answer
+REVEALS_ANSWER_TAG = "reveals-answer"  # a code cell whose output gives away a quiz above it
 
 
 def without_solutions(code: str) -> str:
@@ -53,14 +57,28 @@ def without_solutions(code: str) -> str:
     return SOLUTION.sub(lambda match: STUB.format(indent=match["indent"]), code)
 
 
-def add_classroom_metadata(notebook: nbformat.NotebookNode) -> None:
-    """Slides start at level-1 and level-2 headings; solution cells are collapsed; cell ids follow the order."""
+def add_classroom_metadata(notebook: nbformat.NotebookNode, edition: str = "instructor") -> None:
+    """Slides start at level-1 and level-2 headings; solutions and answer-revealing outputs are collapsed.
+
+    JupyterLab reads ``jupyter.source_hidden`` and ``jupyter.outputs_hidden``; ``collapsed`` is the older
+    name for hidden outputs, which the classic notebook and nbconvert's templates read. The student edition
+    shows its solution cells open: their stubs are the learner's to edit. Cell ids follow the order.
+    """
     for index, cell in enumerate(notebook.cells):
         cell.id = f"cell-{index}"  # not random, so that a rebuild changes only what changed
         starts_slide = cell.cell_type == "markdown" and cell.source.startswith(("# ", "## "))
         cell.metadata["slideshow"] = {"slide_type": "slide" if starts_slide else "-"}
-        if cell.cell_type == "code" and "solution" in cell.metadata.get("tags", []):
-            cell.metadata["jupyter"] = {"source_hidden": True}
+        if cell.cell_type != "code":
+            continue
+        tags = cell.metadata.get("tags", [])
+        hidden = {}
+        if SOLUTION_TAG in tags and edition == "instructor":
+            hidden["source_hidden"] = True
+        if REVEALS_ANSWER_TAG in tags:
+            hidden["outputs_hidden"] = True
+            cell.metadata["collapsed"] = True
+        if hidden:
+            cell.metadata["jupyter"] = hidden
 
 
 def remove_classroom_metadata(notebook: nbformat.NotebookNode) -> None:
@@ -68,6 +86,7 @@ def remove_classroom_metadata(notebook: nbformat.NotebookNode) -> None:
     for cell in notebook.cells:
         cell.metadata.pop("slideshow", None)
         cell.metadata.pop("jupyter", None)
+        cell.metadata.pop("collapsed", None)
         if cell.cell_type == "code":
             cell.outputs, cell.execution_count = [], None
 
@@ -76,12 +95,11 @@ def build(name: str, edition: str = "instructor", timeout: int = 300) -> Path:
     """Convert notebooks/src/<name>.py into the edition's <name>.ipynb and execute it in place."""
     notebook = jupytext.read(SOURCES / f"{name}.py", fmt="py:percent")
     notebook.metadata = {"kernelspec": KERNEL, "language_info": {"name": "python"}}
-    add_classroom_metadata(notebook)
+    add_classroom_metadata(notebook, edition)
     if edition == "student":
         for cell in notebook.cells:
             if cell.cell_type == "code":
                 cell.source = without_solutions(cell.source)
-                cell.metadata.pop("jupyter", None)  # the stub is the learner's to edit: not collapsed
     for variable, value in LESSON_ENVIRONMENT.items():
         os.environ.setdefault(variable, value)
     client = NotebookClient(

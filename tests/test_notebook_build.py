@@ -38,6 +38,19 @@ def test_slides_and_collapsed_solutions():
     assert solution.metadata["jupyter"] == {"source_hidden": True} and solution.id == "cell-1"
 
 
+@pytest.mark.parametrize("edition", ["instructor", "student"])
+def test_outputs_that_reveal_an_answer_are_collapsed_in_both_editions(edition):
+    source = '# %% tags=["reveals-answer"]\nprint(3)\n\n# %% tags=["solution"]\nx = 1\n\n# %%\nx\n'
+    notebook = jupytext.reads(source, fmt="py:percent")
+    build["add_classroom_metadata"](notebook, edition)
+    reveals, solution, plain = notebook.cells
+    assert reveals.metadata["jupyter"] == {"outputs_hidden": True} and reveals.metadata["collapsed"] is True
+    assert solution.metadata.get("jupyter") == ({"source_hidden": True} if edition == "instructor" else None)
+    assert "jupyter" not in plain.metadata and "collapsed" not in plain.metadata
+    build["remove_classroom_metadata"](notebook)
+    assert [c.metadata for c in notebook.cells] == [{"tags": ["reveals-answer"]}, {"tags": ["solution"]}, {}]
+
+
 @pytest.mark.parametrize("source", SOURCES, ids=[s.stem for s in SOURCES])
 def test_the_student_edition_has_the_sources_cells_without_solutions(source):
     student = nbformat.read(NOTEBOOKS / "student" / f"{source.stem}.ipynb", as_version=4)

@@ -49,7 +49,7 @@ quiz.ask("00-four-steps")
 # Here is one training step of the course's model on 3 devices, recorded with `dpcourse.trace()`. Each replica's
 # run inside `parallel_apply` is recorded as a `forward` span; consecutive spans of the same step are counted.
 
-# %%
+# %% tags=["reveals-answer"]
 def in_order(spans):
     runs = [(step, len(list(group))) for step, group in groupby(s.step for s in spans)]
     return " → ".join(step if n == 1 else f"{step} ×{n}" for step, n in runs)
@@ -77,7 +77,7 @@ print("backward:", in_order(t.spans[first_backward:]))
 # (torch names the devices `device_ids`). Note `[: len(inputs)]`: scatter runs first because the number of
 # chunks decides how many replicas are built.
 
-# %%
+# %% tags=["reveals-answer"]
 def step_lines(forward):
     pattern = r"self\.(scatter|replicate|parallel_apply|gather)\("
     return [line.strip() for line in inspect.getsource(forward).splitlines() if re.search(pattern, line)]
@@ -88,8 +88,8 @@ print("\n\n".join(f"torch:    {theirs}\ndpcourse: {ours}" for theirs, ours in pa
 
 # %% [markdown]
 # **The guided tour.** The explorer below runs one real training step and keeps every intermediate tensor.
-# Click **Next** to walk through it stage by stage (inputs, scatter, replicate, parallel_apply, gather, loss,
-# backward, reduce-add, optimizer step), and move the sliders to change the number of devices or the batch.
+# Click **Next** to walk through it stage by stage, from the inputs to the optimizer step, and move the
+# sliders to change the number of devices or the batch.
 # It needs a running kernel: run the cell first.
 
 # %%
@@ -103,17 +103,17 @@ widgets.StepThrough(devices=4, batch=10)
 quiz.ask("00-laptop-passthrough")
 
 # %% [markdown]
-# The cell below prints what *your* machine has, so its output differs from machine to machine. Without a
-# GPU, torch's wrapper keeps `device_ids = []` and its forward just calls your model
-# (`torch/nn/parallel/data_parallel.py`, `__init__` and `forward`). The stored output was made on a CPU-only
-# machine.
+# The cell below prints what *your* machine has, so its output differs from machine to machine. The stored
+# output was made on a CPU-only machine.
 
-# %% tags=["nbval-ignore-output"]
+# %% tags=["nbval-ignore-output", "reveals-answer"]
 print("GPUs visible to torch:         ", torch.cuda.device_count())
 print("torch.nn.DataParallel device_ids:", torch.nn.DataParallel(examples.make_model()).device_ids)
 print("dpcourse.devices(3):           ", dpcourse.devices(3))
 
 # %% [markdown]
+# Without a GPU, torch's wrapper keeps `device_ids = []` and its forward just calls your model
+# (`torch/nn/parallel/data_parallel.py`, `__init__` and `forward`): nothing is split, copied or run in threads.
 # That is why the course has its own implementation. `dpcourse.devices(n)` returns n devices for n replicas,
 # in one of three modes (`dpcourse/devices.py`):
 #
@@ -145,9 +145,10 @@ print("dpcourse.devices(3):           ", dpcourse.devices(3))
 # | [10 DDP bridge](10_ddp_bridge.ipynb) | from threads to processes: what DistributedDataParallel does differently |
 # | [11 Review](11_review.ipynb) | a mixed quiz, a recap table of the four steps, your progress |
 #
-# - **Predict, then run.** A quiz asks before the cell that shows the answer. Pick an answer and press
-#   *Check my answer*: only then do the explanation and a *Run the experiment* button appear, which runs
-#   dpcourse and measures the answer.
+# - **Predict, then run.** A quiz asks before the cell that shows the answer, and that cell's output starts
+#   collapsed: answer first, then click the bar left of the output (or the `…` in its place) to open it.
+#   Pick an answer and press *Check my answer*: only then do the explanation and a *Run the experiment*
+#   button appear, which runs dpcourse and measures the answer.
 # - **Exercises** end every lesson. Their solution cells are collapsed (click the cell's bar or its `…` to open
 #   one); try first, then run the check cell below it.
 # - **Terms** such as [GIL](#Glossary), [NCCL](#Glossary) or [all-reduce](#Glossary) are defined in the

@@ -2,9 +2,9 @@
 # # 02 · Scatter: splitting the batch
 #
 # **After this lesson you will be able to explain**
-# - how many rows each device gets, and why 6 rows on 4 devices use only 3 of them;
+# - how many rows each device gets, and whether every device always gets some;
 # - what happens to tuples, lists, dicts and non-tensor arguments on the way to the replicas;
-# - why a keyword argument can make the last replicas fail with "missing argument";
+# - what happens when positional and keyword arguments split into different numbers of chunks;
 # - where the gradient of a scattered input goes in backward.
 #
 # Scatter is step 1 of every DataParallel forward (`dpcourse/scatter_gather.py`, mirroring
@@ -21,19 +21,20 @@ x, y = examples.make_batch(10)
 
 # %% [markdown]
 # ## Splitting a batch: the torch.chunk rule
-# Scatter splits every tensor along `dim` (default 0) with `torch.chunk(len(devices), dim)`: chunks of
-# `ceil(B / n)` rows, and whatever is left for the last one. Predict first:
+# Scatter splits every tensor along `dim` (default 0) with `torch.chunk(len(devices), dim)`. How does
+# `torch.chunk` share out rows that do not divide evenly? Predict first:
 
 # %%
 quiz.ask("02-ten-rows-four-devices")
 
-# %%
+# %% tags=["reveals-answer"]
 chunks = dpcourse.scatter(x, devices)
 print("chunk shapes:", [list(c.shape) for c in chunks])
 viz.chunk_split(10, 4)
 
 # %% [markdown]
-# The chunks are not copies: on the same device each chunk is a **view** of the input (a slice of the same
+# `torch.chunk` makes chunks of `ceil(B / n)` rows and leaves whatever is left for the last one: 3, 3, 3 and 1
+# here. The chunks are not copies: on the same device each chunk is a **view** of the input (a slice of the same
 # memory). On GPUs a chunk whose device differs from the input's is copied there; chunk 0 of an input that
 # already lives on `devices[0]` stays a view (`torch/csrc/cuda/comm.cpp`, `scatter`).
 
@@ -41,22 +42,23 @@ viz.chunk_split(10, 4)
 print("chunk 0 shares the input's memory:", chunks[0].data_ptr() == x.data_ptr())
 
 # %% [markdown]
-# ## Fewer chunks than devices
-# `ceil(B / n)`-sized chunks can run out before the devices do — not only when B < n.
+# ## How many replicas run
+# With more rows than devices, does every device get a chunk?
 
 # %%
 quiz.ask("02-six-rows-four-devices")
 
-# %%
+# %% tags=["reveals-answer"]
 for batch in (10, 9, 6, 5, 3):
     sizes = [c.shape[0] for c in dpcourse.scatter(torch.zeros(batch, 8), devices)]
     print(f"{batch:2d} rows on 4 devices -> chunks {sizes}: {len(sizes)} replicas run")
 viz.chunk_split(6, 4)
 
 # %% [markdown]
-# DataParallel only builds replicas for the devices that got a chunk (`devices[:len(inputs)]`). The fourth
-# device sits idle, and nothing warns you (pytorch/pytorch#9226 asked for a warning; it was declined
-# because last batches are often small).
+# `ceil(B / n)`-sized chunks can run out before the devices do, and not only when B < n: `torch.chunk` promises
+# *at most* n chunks. DataParallel only builds replicas for the devices that got a chunk
+# (`devices[:len(inputs)]`). The fourth device sits idle, and nothing warns you (pytorch/pytorch#9226 asked for
+# a warning; it was declined because last batches are often small).
 
 # %% [markdown]
 # ## Nested inputs: tuples, lists, dicts, namedtuples
@@ -79,19 +81,30 @@ print(per_device[3])
 quiz.ask("02-mismatched-batches")
 
 # %% [markdown]
-# Entries are `zip`ped, so the **shortest** leaf decides how many replicas run, and the extra rows of the
-# longer tensors are dropped without a word:
+# Scatter a tensor of 10 rows and one of 3 rows together, and look at what each device gets:
 
-# %%
+# %% tags=["reveals-answer"]
 per_device = dpcourse.scatter((torch.zeros(10, 2), torch.zeros(3, 2)), devices)
 print(len(per_device), "entries:", [[list(t.shape) for t in entry] for entry in per_device])
 
 # %% [markdown]
-# Every tensor is split along the same `dim`, whatever it holds. A recurrent model's initial state keeps its
-# batch on dim 1:
+# Entries are `zip`ped, so the **shortest** leaf decides how many replicas run, and the extra rows of the
+# longer tensors are dropped without a word.
+#
+# A recurrent model's initial state is a tensor too, with its batch on dim 1:
 
 # %%
 quiz.ask("02-lstm-hidden-state")
+
+# %% tags=["reveals-answer"]
+h0 = torch.zeros(2, 4, 2)  # (num_layers, batch, hidden), as in the question
+print("h0 chunks on 2 devices:", [list(chunk.shape) for chunk in dpcourse.scatter(h0, devices[:2])])
+
+# %% [markdown]
+# Every tensor is split along the same `dim`, 0 by default, whatever it holds: each replica gets one *layer*
+# of the state for the whole batch, and the LSTM then raises "Expected hidden[0] size (2, 2, 2), got
+# [1, 4, 2]" (lesson 07 runs it). Build the state inside `forward` from `x.size(0)`, or pass it batch-first
+# and transpose it inside `forward`.
 
 # %% [markdown]
 # ## Non-tensors are shared by reference
@@ -118,22 +131,24 @@ print("a new list per device:", [entry[2] is tags for entry in per_device], "| s
 
 # %% [markdown]
 # ## Keyword arguments and padding
-# `scatter_kwargs` scatters positional and keyword arguments separately and pads the shorter side with
-# `()` or `{}`. A replica that gets the padding is called **without** those arguments:
+# `scatter_kwargs` scatters positional and keyword arguments separately. What if the two sides split into
+# different numbers of entries?
 
 # %%
 quiz.ask("02-keyword-missing-argument")
 
-# %%
+# %% tags=["reveals-answer"]
 inputs, kwargs = dpcourse.scatter_kwargs((torch.zeros(8, 2),), {"mask": torch.zeros(2, 2)}, devices)
 for i, (args, kw) in enumerate(zip(inputs, kwargs)):
     print(f"replica {i}: args {[list(a.shape) for a in args]}, kwargs {list(kw)}")
 viz.chunk_split(8, 4, kwargs_batches={"mask": 2})
 
 # %% [markdown]
-# Replicas 2 and 3 are called as `forward(x)` with no `mask`: the classic "forward() missing 1 required
-# positional argument … Caught TypeError in replica 2" (pytorch/pytorch#15161, #31460). The fix is to give
-# every scattered argument the same batch size (or pass non-batch values as non-tensors).
+# `scatter_kwargs` pads the shorter side with `()` or `{}`, and a replica that gets the padding is called
+# **without** those arguments. Replicas 2 and 3 are called as `forward(x)` with no `mask`: the classic
+# "forward() missing 1 required positional argument … Caught TypeError in replica 2" (pytorch/pytorch#15161,
+# #31460). The fix is to give every scattered argument the same batch size (or pass non-batch values as
+# non-tensors).
 #
 # torch 2.13 differs here from dpcourse: its `scatter_kwargs` pads kwargs only when they are shorter than
 # the number of *positional arguments* (`len(inputs)`), a slip from a typing refactor, so with one

@@ -2,9 +2,9 @@
 # # 03 · Replicate: one copy of the model per device, every step
 #
 # **After this lesson you will be able to explain**
-# - why a replica is a *shallow* copy, and why `replica.parameters()` is empty in training;
-# - which tensors replica 0 shares with your model, and which the other replicas copy;
-# - why `self.counter += 1` in `forward` is lost, while `self.log.append(...)` is not;
+# - why a replica is a *shallow* copy, and what `replica.parameters()` holds in training;
+# - which replicas share tensors with your model, and which hold copies;
+# - what becomes of `self.counter += 1` and of `self.log.append(...)` in `forward`;
 # - where BatchNorm's running statistics come from under DataParallel.
 #
 # Replicate is step 2 of every forward (`dpcourse/replicate.py`, mirroring `torch/nn/parallel/replicate.py`).
@@ -27,24 +27,52 @@ devices = dpcourse.devices(3)
 model = examples.CountingNet()
 replicas = dpcourse.replicate(model, devices)
 print(len(replicas), "replicas; marked as replicas:", [r._is_replica for r in replicas])
-viz.replicate_map(model, devices)
 
 # %% [markdown]
 # ## Parameters become non-leaf copies
-# In training, with grad mode on (the default), the copies come out of `Broadcast`, an autograd Function, so
-# each is the *result of a computation* (`grad_fn` set), not a leaf `Parameter`. Module's `__setattr__` only
-# registers `Parameter`s, so the copies are stored as plain attributes and **`replica.parameters()` is
-# empty**. Predict:
+# In training, with grad mode on (the default), the copies come out of `Broadcast`, an autograd Function.
+# What does a replica's `self.parameters()` yield then? Predict:
 
 # %%
 quiz.ask("03-parameters-empty")
 
-# %%
+# %% tags=["reveals-answer"]
 r1 = replicas[1]
 print("replica.parameters():", list(r1.parameters()))
 print("replica.fc.weight is a leaf:", r1.fc.weight.is_leaf, "| grad_fn:", type(r1.fc.weight.grad_fn).__name__)
 
 # %% [markdown]
+# Each copy is the *result of a computation* (`grad_fn` set), not a leaf `Parameter`. Module's `__setattr__`
+# only registers `Parameter`s, so the copies are stored as plain attributes and **`replica.parameters()` is
+# empty**.
+#
+# So code that calls `next(self.parameters())` inside `forward` (for example to find the device) fails under
+# DataParallel in training with `StopIteration: Caught StopIteration in replica 0 on device 0`
+# (pytorch/pytorch#40457, #49828). This changed in torch 1.5 (PR #33907); use the input's device instead.
+
+# %% [markdown]
+# ## Which replicas share the original's tensors
+# `replicate` gives every replica the weights it computes with. Copies, or your model's own memory? Predict:
+
+# %%
+quiz.ask("03-replica-zero-shares")
+
+# %% tags=["reveals-answer"]
+def same_memory(a, b):
+    return a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
+
+
+for i, replica in enumerate(replicas):
+    print(
+        f"replica {i}: weight shares memory {same_memory(replica.fc.weight, model.fc.weight)!s:5} | "
+        f"running_mean is the original {replica.bn.running_mean is model.bn.running_mean}"
+    )
+
+# %% [markdown]
+# The copy for `devices[0]` is not a copy at all: `broadcast_coalesced` returns the input tensors as-is for
+# the first device (`torch/csrc/cuda/comm.cpp`). Replica 0's weight is a view of your model's weight, and its
+# buffers are your model's buffers. Every other replica holds fresh copies.
+#
 # Under `torch.no_grad()`, as in evaluation, DataParallel replicates without autograd
 # (`DataParallel.replicate` passes `detach=not torch.is_grad_enabled()`), and the first device then gets
 # your model's own tensors back: replica 0 holds the original `Parameter`s, registered as parameters again,
@@ -57,63 +85,50 @@ print("under no_grad, parameters per replica:", [len(list(r.parameters())) for r
 print("replica 0's weight is the original Parameter:", detached[0].fc.weight is model.fc.weight)
 
 # %% [markdown]
-# So code that calls `next(self.parameters())` inside `forward` (for example to find the device) fails under
-# DataParallel in training with `StopIteration: Caught StopIteration in replica 0 on device 0` (pytorch/pytorch#40457,
-# #49828). This changed in torch 1.5 (PR #33907); use the input's device instead.
-
-# %% [markdown]
-# ## Replica 0 shares the original's tensors
-# The copy for `devices[0]` is not a copy at all: `broadcast_coalesced` returns the input tensors as-is for
-# the first device (`torch/csrc/cuda/comm.cpp`). Replica 0's weight is a view of your model's weight, and its
-# buffers are your model's buffers. Every other replica holds fresh copies.
-
-# %%
-quiz.ask("03-replica-zero-shares")
-
-# %%
-def same_memory(a, b):
-    return a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
-
-
-for i, replica in enumerate(replicas):
-    print(
-        f"replica {i}: weight shares memory {same_memory(replica.fc.weight, model.fc.weight)!s:5} | "
-        f"running_mean is the original {replica.bn.running_mean is model.bn.running_mean}"
-    )
-
-# %% [markdown]
-# ## Plain attributes: shared or lost
-# A plain attribute is copied by reference along with `__dict__`. Rebinding it on a replica
-# (`self.calls += 1` means `self.calls = self.calls + 1`) changes only that throwaway replica; mutating a
-# shared object (`self.seen.append(...)`) changes the one object everybody holds.
+# ## Plain attributes changed in forward
+# A plain attribute is copied by reference along with `__dict__`. What happens when `forward` changes one?
+# `CountingNet` does `self.calls += 1` on an int:
 
 # %%
 quiz.ask("03-counter-lost")
 
-# %%
+# %% tags=["reveals-answer"]
 model = examples.CountingNet()
 dpcourse.DataParallel(model, devices=dpcourse.devices(2))(torch.randn(8, 3))
-print("with 2 devices: calls =", model.calls, "| seen =", model.seen)
+print("with 2 devices: calls =", model.calls)
 dpcourse.DataParallel(model, devices=dpcourse.devices(1))(torch.randn(8, 3))
-print("with 1 device:  calls =", model.calls, "| seen =", model.seen)
+print("with 1 device:  calls =", model.calls)
 
 # %% [markdown]
-# With one device DataParallel skips replication and calls your model directly, so the counter survives —
-# a bug that appears only when you add the second GPU. The fix: keep state that must survive in a buffer and
-# update it in place (`self.calls_buffer += 1` on a registered buffer), which works through replica 0's
-# aliasing (pytorch/pytorch#2864), or count outside the model.
+# Rebinding an attribute on a replica (`self.calls += 1` means `self.calls = self.calls + 1`) changes only that
+# throwaway replica. With one device DataParallel skips replication and calls your model directly, so the
+# counter survives — a bug that appears only when you add the second GPU. The fix: keep state that must survive
+# in a buffer and update it in place (`self.calls_buffer += 1` on a registered buffer), which works through
+# replica 0's aliasing (pytorch/pytorch#2864), or count outside the model.
 #
-# And a list made in `__init__`, appended to in `forward`?
+# And a list made in `__init__`, appended to in `forward`? `CountingNet` also does
+# `self.seen.append(len(x))`, and it ran the same two forwards:
 
 # %%
 quiz.ask("03-list-shared")
 
+# %% tags=["reveals-answer"]
+print("seen =", model.seen)
+
 # %% [markdown]
-# A shared *mutable* object is the opposite trap: every replica appends to the one list, from its own thread.
+# Three entries from two forwards: in the forward on 2 devices both replicas appended their chunk's size, 4,
+# to the one list, each from its own thread, and the forward on 1 device appended 8. A shared *mutable* object is
+# the opposite trap to the lost counter: it changes the one object everybody holds.
 #
 # Plain **tensor** attributes (not registered as buffers) are not copied either: every replica points at the
 # original tensor on the original device. On real GPUs that is a device-mismatch error in replica 1; CPU
 # devices cannot show it, because all CPU memory is one device.
+#
+# The whole picture, for every entry of `CountingNet`: what each replica holds, and whether it is your model's
+# own object, its memory, or a copy:
+
+# %%
+viz.replicate_map(examples.CountingNet(), devices)
 
 # %% [markdown]
 # ## BatchNorm under DataParallel

@@ -1,14 +1,14 @@
 # %% [markdown]
-# # 04 · parallel_apply: every replica in its own thread
+# # 04 · parallel_apply: running the replicas
 #
 # **After this lesson you will be able to explain**
-# - which thread runs each replica, and when no extra thread is used at all;
+# - where each replica's forward runs, and when nothing extra is started at all;
 # - why `torch.no_grad()` and `torch.autocast` have to be passed into those threads, and what torch passes;
 # - how an exception inside one replica reaches you, and why `next(self.parameters())` fails there;
 # - why Python threads still help, and where they stop helping.
 #
 # parallel_apply is step 3 of every forward (`dpcourse/parallel_apply.py`, mirroring
-# `torch/nn/parallel/parallel_apply.py`): call `replicas[i](*inputs[i])` for every i, all at once.
+# `torch/nn/parallel/parallel_apply.py`): call `replicas[i](*inputs[i])` for every i.
 
 # %%
 import statistics
@@ -27,18 +27,16 @@ x, y = examples.make_batch(10)
 dp = dpcourse.DataParallel(model, devices=devices)
 
 # %% [markdown]
-# ## One thread per replica
-# DataParallel is a single Python process. Where do the replicas run?
+# ## Where the replicas run
+# Every replica must run its forward on its own chunk. Where do they run?
 
 # %%
 quiz.ask("04-threads")
 
 # %% [markdown]
-# A trace records the thread each replica's forward ran in. With 10 rows on 3 devices, three replicas run in
-# three worker threads; with a single row there is one chunk, so one replica, and parallel_apply calls it
-# inline in the calling thread: no thread is started (torch does the same, `if len(modules) > 1`).
+# A trace records the thread each replica's forward ran in, for 10 rows on 3 devices and for a single row:
 
-# %%
+# %% tags=["reveals-answer"]
 for batch in (10, 1):
     with dpcourse.trace() as t:
         dp(x[:batch])
@@ -47,15 +45,19 @@ for batch in (10, 1):
 print("this notebook's code runs in", threading.current_thread().name)
 
 # %% [markdown]
+# DataParallel is a single Python process: with 10 rows on 3 devices, three replicas ran in three worker
+# threads of it; with a single row there is one chunk, so one replica, and parallel_apply calls it inline in
+# the calling thread: no thread is started (torch does the same, `if len(modules) > 1`).
+#
 # Started one after another, do the threads also *run* one after another? The course model's forward does
-# almost no work, often less than starting the next thread takes, so in a timeline of it (the quiz's, for
-# one) each replica's forward can be over before the next one begins: a staircase. Give every replica real
-# arithmetic and the forwards overlap. Below, two `Linear(512, 512)` layers on 1,536 rows, 3 devices: torch
+# almost no work, often less than starting the next thread takes, so in a timeline of it each replica's
+# forward can be over before the next one begins: a staircase. Give every replica real arithmetic and the
+# forwards overlap. Below, two `Linear(512, 512)` layers on 1,536 rows, 3 devices: torch
 # runs the matrix products in C++ with the [GIL](00_start_here.ipynb#Glossary) released (see "Threads and
 # the GIL" below). How much they overlap depends on the free cores and on how soon each thread gets going.
 # One lane per thread; the hatched bars are the replicas' forwards:
 
-# %%
+# %% tags=["reveals-answer"]
 wide = examples.mlp((512, 512, 512))
 with dpcourse.trace() as t:
     dpcourse.DataParallel(wide, devices=devices)(torch.randn(1536, 512, generator=torch.Generator().manual_seed(0)))
@@ -66,13 +68,12 @@ print("two or more of them were running at the same moment:",
 viz.timeline(t)
 
 # %% [markdown]
-# A forward hook registered on your model is shared by every replica (the hook dictionary travels with the
-# shallow copy, lesson 03). How often does it run?
+# A forward hook registered on your model: how often does it run?
 
 # %%
 quiz.ask("04-hook-count")
 
-# %%
+# %% tags=["reveals-answer"]
 calls = []
 
 
@@ -91,6 +92,9 @@ print("threads:", sorted(thread.name for thread, _ in first_forward))
 print("new thread objects in the next forward:", not {t for t, _ in first_forward} & {t for t, _ in calls})
 
 # %% [markdown]
+# The hook dictionary travels with the shallow copy (lesson 03), so every replica runs your hook: once per
+# replica, in that replica's thread, on its chunk.
+#
 # The last line shows what torch's `parallel_apply` does too: every forward starts fresh `threading.Thread`s,
 # one per replica, and joins them all before it returns, so no thread outlives the call. That is what makes a
 # `forward` that itself calls DataParallel work (it just starts threads of its own), and what lets a forward
@@ -217,13 +221,12 @@ print("asked for float16; a thread given only the flag computed in", seen["dtype
 
 # %% [markdown]
 # ## When a replica fails
-# An exception in a worker thread does not reach you by itself: parallel_apply catches it in the thread and
-# raises it again in yours. Predict what you see:
+# An exception in a worker thread does not reach you by itself. Predict what you see:
 
 # %%
 quiz.ask("04-error-message")
 
-# %%
+# %% tags=["reveals-answer"]
 def show(error, last=1):
     """Print an exception the way a traceback ends: type and first two lines, then its last lines."""
     lines = str(error).splitlines()
@@ -238,16 +241,18 @@ class Picky(nn.Module):
 
 
 values = torch.ones(6, 1)
-values[2] = values[5] = -1.0  # 6 rows on 3 devices: chunks of 2, so rows 2 and 5 are in replicas 1 and 2
+values[2] = values[5] = -1.0  # 6 rows on 3 devices
 try:
     dpcourse.DataParallel(Picky(), devices=devices)(values)
-except ValueError as error:
+except Exception as error:  # whatever it raises
     show(error)
 
 # %% [markdown]
-# The same type (`ValueError`), the replica and its device, then the original traceback, whose last line is
-# your own message. Two replicas failed, but only the **lowest-numbered** failure is raised; replica 2's error
-# is dropped. torch prints a GPU's index ("on device 1"); dpcourse prints `cpu` for a CPU device.
+# parallel_apply catches the exception in the thread and raises it again in yours: the same type (`ValueError`),
+# the replica and its device, then the original traceback, whose last line is your own message. 6 rows on 3
+# devices make chunks of 2, so rows 2 and 5 are in replicas 1 and 2: two replicas failed, but only the
+# **lowest-numbered** failure is raised; replica 2's error is dropped. torch prints a GPU's index ("on device
+# 1"); dpcourse prints `cpu` for a CPU device.
 #
 # Problems with the data or the model surface like this, at the first forward that meets them. A
 # DataParallel run that never starts and prints nothing is a different problem: such hangs come from the GPU

@@ -2,7 +2,7 @@
 # # 05 · Gather: one output from many replicas
 #
 # **After this lesson you will be able to explain**
-# - why DataParallel's output is the replicas' outputs concatenated, and what it does with anything else a
+# - how DataParallel makes one output of the replicas' outputs, and what it does with anything else a
 #   replica returns;
 # - what happens to dicts, tuples, namedtuples and `None` in the outputs;
 # - what becomes of a 0-d loss returned by every replica;
@@ -28,19 +28,17 @@ x, y = examples.make_batch(10)
 dp = dpcourse.DataParallel(model, devices=devices)
 
 # %% [markdown]
-# ## Concatenating outputs
+# ## Combining the outputs
 # Gather turns one output per replica into one output on one device. How does it combine them? Predict:
 
 # %%
 quiz.ask("05-gather-concatenates")
 
 # %% [markdown]
-# Gather copies the outputs, in replica order, into one new tensor along `dim` (default 0): a concatenation,
-# never a sum or an average. The running example's outputs have one row per sample, so concatenating them
-# rebuilds the whole batch's output: 10 rows on 4 devices give outputs of 3, 3, 3 and 1 rows, gathered back
-# into 10, in order.
+# The running example on 4 devices: 10 rows give replica outputs of 3, 3, 3 and 1 rows. Compare them with the
+# gathered output:
 
-# %%
+# %% tags=["reveals-answer"]
 output = dp(x)
 per_chunk = [model(chunk) for chunk in x.chunk(4)]
 print("replica outputs:", [list(o.shape) for o in per_chunk], "-> gathered:", list(output.shape))
@@ -48,6 +46,10 @@ print("equal to torch.cat of the per-chunk outputs:", torch.equal(output, torch.
 viz.gather_view([3, 3, 3, 1], features=output.shape[1])
 
 # %% [markdown]
+# Gather copies the outputs, in replica order, into one new tensor along `dim` (default 0): a concatenation,
+# never a sum or an average. The running example's outputs have one row per sample, so concatenating them
+# rebuilds the whole batch's output, in order.
+#
 # Gather returns whatever `forward` returned, and nothing more: DataParallel never sees the labels, computes
 # no loss and averages nothing. The loss is your code, run on the gathered output, so it is the very loss
 # one device computes on the whole batch:
@@ -139,14 +141,14 @@ print("extras:", type(out["extras"]).__name__, [list(out["extras"][0].shape), ou
 print(dpcourse.gather([None, torch.ones(3, 2), torch.ones(3, 2)], devices[0]))
 
 # %% [markdown]
-# ## Scalars become vectors
+# ## A 0-d loss from every replica
 # A common pattern computes the loss inside `forward`, so each replica returns a 0-d tensor. A 0-d tensor has
 # no dimension 0 to concatenate along. Predict:
 
 # %%
 quiz.ask("05-scalar-loss-shape")
 
-# %%
+# %% tags=["reveals-answer"]
 class WithLoss(nn.Module):
     """The course model, with the loss computed inside forward: each replica returns one 0-d loss."""
 

@@ -3,10 +3,10 @@
 #
 # **After this lesson you will be able to explain**
 # - why a DataParallel training loop tracks the one-device loop step for step, and what the optimizer updates;
-# - why checkpoints gain a `module.` prefix, and the two ways to load them into a bare model;
+# - what the keys of a DataParallel checkpoint look like, and the two ways to load it into a bare model;
 # - the "module must have its parameters and buffers on device" error, and when it is raised;
 # - where the outputs (and so the loss) land, and where the gradients land;
-# - which batch sizes break BatchNorm or keyword arguments, and how to avoid them;
+# - what unlucky batch sizes do to BatchNorm and to keyword arguments, and how to avoid them;
 # - the two fixes every LSTM under DataParallel needs.
 
 # %%
@@ -57,13 +57,13 @@ print("dp.parameters() are the model's parameters:",
 # per-replica optimizers and nothing to keep in sync.
 
 # %% [markdown]
-# ## Checkpoints and the module. prefix
+# ## Checkpoints
 # Save a checkpoint of `dp` and load it into the bare model, for inference on one device. Predict the keys first:
 
 # %%
 quiz.ask("07-state-dict-keys")
 
-# %%
+# %% tags=["reveals-answer"]
 print("dp.state_dict() keys:", list(dp.state_dict()))
 try:
     examples.make_model().load_state_dict(dp.state_dict())
@@ -109,8 +109,7 @@ same_memory = replicas[0][0].weight.data_ptr() == model[0].weight.data_ptr()
 print("replica 0 computes with the master weight's memory:", same_memory)
 
 # %% [markdown]
-# So before anything else, every forward checks that all parameters and buffers are on `devices[0]`
-# (`torch/nn/parallel/data_parallel.py: DataParallel.forward`). When, exactly?
+# So DataParallel checks that all parameters and buffers are on `devices[0]`. When, exactly?
 
 # %%
 quiz.ask("07-placement")
@@ -120,22 +119,27 @@ quiz.ask("07-placement")
 # shape but no data) stands in for "another device": move the last layer there, as if it had been added after
 # the model was moved.
 
-# %%
+# %% tags=["reveals-answer"]
 model = examples.make_model()
 model[2].to("meta")
-dp = dpcourse.DataParallel(model, devices=dpcourse.devices(2))  # wrapping checks nothing
-print("wrapped without complaint")
-try:
-    dp(x)
-except RuntimeError as error:
-    print(error)
+for stage in ("wrap", "forward"):
+    try:
+        if stage == "wrap":
+            dp = dpcourse.DataParallel(model, devices=dpcourse.devices(2))
+        else:
+            dp(x)
+        print(f"{stage}: no complaint")
+    except RuntimeError as error:
+        print(f"{stage}: {error}")
 
 # %% [markdown]
-# torch's message is nearly the same, for example "module must have its parameters and buffers on device cuda:0
-# (device_ids[0]) but found one of them on device: cuda:1" for a model put on the second GPU, or "...: cpu" for
-# one never moved (replicate/cog#971, google-research/big_transfer#73). To run on GPUs 1 and 2, do not pass
-# `device_ids=[1, 2]` with a model on `cuda:0`; the maintainers' advice is `CUDA_VISIBLE_DEVICES=1,2 python
-# train.py`, so that they become `cuda:0` and `cuda:1` and the defaults line up (pytorch/pytorch#2612).
+# Wrapping checked nothing. Every forward, before anything else, checks that all parameters and buffers are on
+# `devices[0]` (`torch/nn/parallel/data_parallel.py: DataParallel.forward`). torch's message is nearly the same,
+# for example "module must have its parameters and buffers on device cuda:0 (device_ids[0]) but found one of
+# them on device: cuda:1" for a model put on the second GPU, or "...: cpu" for one never moved
+# (replicate/cog#971, google-research/big_transfer#73). To run on GPUs 1 and 2, do not pass `device_ids=[1, 2]`
+# with a model on `cuda:0`; the maintainers' advice is `CUDA_VISIBLE_DEVICES=1,2 python train.py`, so that they
+# become `cuda:0` and `cuda:1` and the defaults line up (pytorch/pytorch#2612).
 #
 # Because the check runs at forward time, moving the model *after* wrapping is fine; the check was moved from
 # `__init__` to `forward` for exactly that (pytorch/pytorch#17363), and the official tutorial does
@@ -151,12 +155,12 @@ print("after the move, forward works and matches:", torch.allclose(dp(x), exampl
 # %% [markdown]
 # Only with a single device does DataParallel move the module for you, in `__init__`
 # (`if len(self.device_ids) == 1: self.module.to(self.src_device_obj)`; dpcourse does the same). The check
-# covers parameters and buffers, the tensors `.to()` moves; a plain tensor attribute is neither:
+# covers parameters and buffers. What does `.to()` do with a plain tensor attribute?
 
 # %%
 quiz.ask("07-plain-tensor-stays")
 
-# %%
+# %% tags=["reveals-answer"]
 class WithStats(nn.Module):
     def __init__(self):
         super().__init__()
@@ -168,6 +172,11 @@ class WithStats(nn.Module):
 stats_model = WithStats().to("meta")
 print("parameter:", stats_model.linear.weight.device, "| buffer:", stats_model.counts.device,
       "| plain tensor attribute:", stats_model.stats.device)
+
+# %% [markdown]
+# `.to()` moves the tensors a module has registered, its parameters and buffers (`torch/nn/modules/module.py:
+# Module._apply`); a plain tensor attribute is neither, so it stays where it was made, out of sight of the
+# placement check too. Register such a tensor with `self.register_buffer("stats", torch.zeros(2))`.
 
 # %% [markdown]
 # ## output_device
@@ -226,7 +235,7 @@ print(f"max |grad difference| vs the oracle: {examples.max_grad_difference(model
 # %%
 quiz.ask("07-lone-sample-weight")
 
-# %%
+# %% tags=["reveals-answer"]
 class ChunkMean(nn.Module):
     def forward(self, per_sample_losses):
         return per_sample_losses.mean()
@@ -237,21 +246,22 @@ dpcourse.DataParallel(ChunkMean(), devices=dpcourse.devices(4))(per_sample).mean
 print("weight of each sample's loss:", [f"1/{round(1 / w)}" for w in per_sample.grad.tolist()])
 
 # %% [markdown]
-# Layers that look across the batch are the other trap: BatchNorm in training mode needs more than one row.
+# Layers that look across the batch are the other trap. The running example with a BatchNorm layer:
 
 # %%
 quiz.ask("07-batchnorm-last-chunk")
 
-# %%
+# %% tags=["reveals-answer"]
 print("one device, all 10 rows:", list(examples.make_model(batchnorm=True)(x).shape))
 try:
     dpcourse.DataParallel(examples.make_model(batchnorm=True), devices=dpcourse.devices(4))(x)
-except ValueError as error:
+except Exception as error:  # whatever it raises
     lines = str(error).strip().splitlines()
     print(lines[0], "...", lines[-1], sep="\n")
 
 # %% [markdown]
-# The same model runs on one device with all 10 rows; only the 1-row chunk fails. Arguments are the third trap:
+# BatchNorm in training mode needs more than one row: the same model runs on one device with all 10 rows;
+# only the 1-row chunk fails. Arguments are the third trap:
 # every tensor argument is split along dim 0, also one that is not a batch. A 1-element tensor gives one chunk,
 # so replicas 1 to 3 are called without it:
 

@@ -2,8 +2,8 @@
 # # 08 · Myths, run and corrected
 #
 # **After this lesson you will be able to explain**
-# - why DataParallel is not model parallelism, and gives no device room for a bigger model;
-# - why padded batches, custom `nn.Parameter`s and `torch.matmul` need no special care;
+# - whether DataParallel is model parallelism, and whether it gives a device room for a bigger model;
+# - whether padded batches, custom `nn.Parameter`s and `torch.matmul` need special care;
 # - why DataParallel's overhead makes a step slower but never stalls it;
 # - what the code examples of popular DataParallel articles really do when you run them, and how to fix
 #   the ones that break.
@@ -32,8 +32,7 @@ from dpcourse import examples, exercises, quiz
 # %% [markdown]
 # ## Myths, run and corrected
 # ### "…making it a form of *model parallelism*"
-# So says "Why is training not starting with nn.DataParallel?"; its true companion is in "How can PyTorch DataParallel be used with a custom model?": DataParallel "doesn't magically increase memory
-# available to each GPU".
+# So says "Why is training not starting with nn.DataParallel?".
 
 # %%
 quiz.ask("08-not-model-parallel")
@@ -42,7 +41,7 @@ quiz.ask("08-not-model-parallel")
 # A forward hook on the first layer runs inside every replica (replicas share the original's hooks) and
 # reports the weight it multiplies by and the rows it got:
 
-# %%
+# %% tags=["reveals-answer"]
 model = examples.make_model()
 seen = []
 model[0].register_forward_hook(
@@ -61,7 +60,9 @@ print("parameter bytes held by each replica:", held, "| the whole model:", sum(p
 # **Correction.** Model parallelism puts different layers on different devices; DataParallel puts *every*
 # layer on every device and splits only the batch (`torch/nn/parallel/replicate.py: replicate` copies all
 # parameters and buffers to each device). So each GPU still needs room for the whole model, and the DDP
-# tutorial says plainly that "DataParallel does not [work with model parallel] at this time".
+# tutorial says plainly that "DataParallel does not [work with model parallel] at this time". "How can PyTorch
+# DataParallel be used with a custom model?" has it right: DataParallel "doesn't magically increase memory
+# available to each GPU".
 
 # %% [markdown]
 # ### "this padding is not accounted for by `DataParallel`, that expects a completely consistent tensor"
@@ -70,7 +71,7 @@ print("parameter bytes held by each replica:", held, "| the whole model:", sum(p
 # %%
 quiz.ask("08-padding-fine")
 
-# %%
+# %% tags=["reveals-answer"]
 from torch.nn.utils.rnn import pad_sequence
 
 generator = torch.Generator().manual_seed(0)
@@ -123,12 +124,13 @@ print("same losses as one device:", torch.allclose(torch.tensor(losses), torch.t
 
 # %% [markdown]
 # ### "Model weights update as if training on the full batch at once"
-# ("DataParallel basics in PyTorch - Deep Dive") True for the running example (lesson 06), but not for layers that look across the batch:
+# ("DataParallel basics in PyTorch - Deep Dive") True for the running example (lesson 06). What about
+# BatchNorm?
 
 # %%
 quiz.ask("08-batchnorm-running-mean")
 
-# %%
+# %% tags=["reveals-answer"]
 halves = torch.cat([torch.zeros(4, 1), torch.full((4, 1), 10.0)])
 one_device, two_devices = nn.BatchNorm1d(1, momentum=1.0), nn.BatchNorm1d(1, momentum=1.0)
 one_device(halves)
@@ -197,8 +199,13 @@ print("output shape:", model(inputs).shape, "| equal to one device:", torch.allc
 # really changes is the checkpoint's keys (`module.` prefix, lesson 07).
 #
 # ### "How can PyTorch DataParallel be used with a custom model?", Example 2: "Handling Custom Layers"
+# The article's layer registers its weights as `nn.Parameter`s and multiplies with `torch.mm` instead of using
+# `nn.Linear`. Predict first:
 
 # %%
+quiz.ask("08-custom-parameter")
+
+# %% tags=["reveals-answer"]
 class MyCustomLayer(nn.Module):
     def __init__(self, in_features, out_features):
         super().__init__()
@@ -227,7 +234,7 @@ oracle = examples.twin(model)
 inputs = torch.randn(6, 10)
 dpcourse.DataParallel(model, devices=dpcourse.devices(2))(inputs).pow(2).mean().backward()
 oracle(inputs).pow(2).mean().backward()
-print("gradients equal the one-device oracle's:", examples.max_grad_difference(model, oracle) < 1e-5)
+print("MyCustomLayer: gradients equal the one-device oracle's:", examples.max_grad_difference(model, oracle) < 1e-5)
 
 # %% [markdown]
 # **True, as claimed.** A registered `nn.Parameter` is copied to every replica like `nn.Linear`'s weight,
@@ -375,9 +382,7 @@ for n in (1, 2, 4):
 # CPU output and a CUDA target and fails with a device mismatch, no DataParallel involved.
 #
 # ### "Why is training not starting with nn.DataParallel?", Example 3: `torch.matmul(x, self.weight)` "may not have correct device affinity"
-
-# %%
-quiz.ask("08-custom-parameter")
+# **Predict:** which weight does each replica multiply by: your model's `Parameter` object, or another tensor?
 
 # %%
 class CustomLayer(nn.Module):

@@ -3,7 +3,7 @@
 #
 # **After this lesson you will be able to explain**
 # - which parts of a step are the model's work and which are DataParallel's own, and how to see them;
-# - why every step copies the whole model again, and how many bytes and objects that costs;
+# - how often DataParallel copies the model, and how many bytes and objects that costs;
 # - why threads cannot speed up a model made of many small layers;
 # - why device 0 holds more than the others, and what to do about it;
 # - when adding devices helps, and why CPU devices sharing a few cores show little of it.
@@ -88,9 +88,9 @@ viz.timeline(t)
 # gradients onto `devices[0]`, run on `devices[0]`'s thread. Either way one device does all the
 # coordinating, which caps the speed-up.
 #
-# The bytes column is the data one step moves: replicate copies the parameters for replicas 1
-# and 2, gather copies every output into one tensor, reduce-add adds replicas 1 and 2's gradients into
-# replica 0's. There is one process and no "worker process": every copy is made by threads of this one.
+# The bytes column is the data one step moves: replicate's copies of the parameters (how many, the next
+# section asks), gather's copy of every output into one tensor, and reduce-add's sum of the replicas'
+# gradients. There is one process and no "worker process": every copy is made by threads of this one.
 # Scatter and gather's backward moved 0 bytes only because CPU chunks stay on the one CPU as views; on GPUs
 # they copy each chunk to its device and back.
 #
@@ -119,9 +119,8 @@ print(f"the replicas' own forward and backward: {compute_ms / step_ms:.0%} of th
 widgets.Timeline(model="many-layers", batch=64, devices=2)
 
 # %% [markdown]
-# ## Replicating every step
-# DataParallel keeps only your model. At every forward it builds the replicas again and throws them away
-# after the step.
+# ## What replication costs
+# DataParallel keeps only your model. How often does it build the replicas, and how much does that copy?
 
 # %%
 quiz.ask("09-replicate-each-forward")
@@ -129,7 +128,7 @@ quiz.ask("09-replicate-each-forward")
 # %%
 quiz.ask("09-replicate-bytes")
 
-# %%
+# %% tags=["reveals-answer"]
 parameter_bytes = sum(p.nbytes for p in model.parameters())
 with dpcourse.trace() as t:
     for n in (2, 3, 4):
@@ -140,31 +139,33 @@ for n, span in zip((2, 2, 3, 3, 4, 4), t.steps("replicate")):
           f" x the {parameter_bytes:,} parameter bytes")
 
 # %% [markdown]
-# Two forwards, two full copies: `(n - 1) ×` the parameter bytes, every step, because replica 0 uses the
+# At every forward DataParallel builds the replicas again and throws them away after the step. Two forwards,
+# two full copies: `(n - 1) ×` the parameter bytes, every step, because replica 0 uses the
 # original tensors. On GPUs these bytes leave `devices[0]` before any replica can start, and reduce-add
 # brings the same amount back in backward. Caching the replicas between steps was proposed and not merged
 # (pytorch/pytorch#4216, #17540): the weights change at every optimizer step, so a cache must be
 # re-broadcast anyway, and reviewers did not want hidden state in a wrapper that behaves as stateless.
 # The maintainers' later answer was DistributedDataParallel, which builds its copy once (lesson 10).
 #
-# Bytes are not the whole cost. `replicate` also builds a Python object for every submodule on every
-# device, and wires its parameters in:
+# Bytes are not the whole cost. `replicate` also builds Python objects for the submodules, and wires their
+# parameters in. How many?
 
 # %%
 quiz.ask("09-modules-per-forward")
 
-# %%
+# %% tags=["reveals-answer"]
 deep = nn.Sequential(*(nn.Linear(8, 8) for _ in range(50)))
 replicas = dpcourse.replicate(deep, dpcourse.devices(4))
 built = sum(len(list(r.modules())) for r in replicas)
-print(f"{len(list(deep.modules()))} modules x 4 devices = {built} new module objects, for "
+print(f"{len(list(deep.modules()))} modules on 4 devices: {built} new module objects, for "
       f"{sum(p.nbytes for p in deep.parameters()):,} bytes of parameters")
 print("none of them is one of the original modules:",
       not {id(m) for r in replicas for m in r.modules()} & {id(m) for m in deep.modules()})
 
 # %% [markdown]
-# That is Python work on the main thread, under the [GIL](00_start_here.ipynb#Glossary), growing with
-# modules × devices, while the devices wait. It is also the answer to "replicating every forward causes
+# One shallow copy of every submodule for every device, replica 0 included. That is Python work on the main
+# thread, under the [GIL](00_start_here.ipynb#Glossary), growing with modules × devices, while the devices
+# wait. It is also the answer to "replicating every forward causes
 # hidden CPU-GPU synchronization": `Broadcast.forward` calls `comm.broadcast_coalesced`, which queues
 # copies on CUDA streams and never synchronizes the host (`torch/nn/parallel/_functions.py: Broadcast`).
 # The cost is the host-side Python. Back in 2017, with torch 0.3, a maintainer found `replicate` of a

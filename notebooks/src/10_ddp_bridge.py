@@ -3,7 +3,7 @@
 #
 # **After this lesson you will be able to explain**
 # - why DistributedDataParallel (DDP) runs one process per device, and what that removes from every step;
-# - why DDP *averages* gradients where DataParallel *sums* them, and when the average is not the
+# - how DDP combines the ranks' gradients, compared with DataParallel, and whether the result is always the
 #   full-batch gradient;
 # - what DDP copies once (the parameters, when you wrap the model) and what it sends every step (gradients,
 #   and rank 0's buffers);
@@ -42,7 +42,7 @@ from dpcourse import costmodel, ddp, examples, exercises, quiz, viz, widgets
 # loader = DataLoader(dataset, batch_size=b, sampler=DistributedSampler(dataset))   # this rank's share
 # for x, y in loader:
 #     optimizer.zero_grad()
-#     loss_fn(model(x), y).backward()      # gradients are averaged across the ranks during backward
+#     loss_fn(model(x), y).backward()      # the ranks' gradients are combined during backward
 #     optimizer.step()                     # every rank takes the same step on its own copy
 # ```
 #
@@ -90,7 +90,7 @@ except ddp.WorkerError as error:
 print("ranks still running:", multiprocessing.active_children())
 
 # %% [markdown]
-# ## Gradients are averaged
+# ## How the ranks' gradients combine
 # Each rank computes the loss of **its own shard** of the batch, a mean over its samples, and runs
 # backward. DDP then combines the ranks' gradients so that every rank holds the same one. How?
 
@@ -102,7 +102,7 @@ quiz.ask("10-ddp-averages")
 # `no_sync()`, which skips the communication, to show each rank's own gradient. The table shows the
 # gradient of the last layer's bias:
 
-# %%
+# %% tags=["reveals-answer"]
 grads = ddp.gradients(world_size=2, batch=8)
 print(grads)
 
@@ -124,7 +124,7 @@ print(grads)
 # %%
 quiz.ask("10-unequal-shards")
 
-# %%
+# %% tags=["reveals-answer"]
 unequal = ddp.gradients(world_size=2, batch=8, sizes=[5, 3])
 print(unequal)
 

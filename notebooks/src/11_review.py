@@ -44,7 +44,7 @@ quiz.ask("10-ddp-averages")
 # %% [markdown]
 # One training step of the running example on 4 devices, step by step, next to the one-device oracle:
 
-# %%
+# %% tags=["reveals-answer"]
 model = examples.make_model()
 oracle = examples.twin(model)
 x, y = examples.make_batch(10)

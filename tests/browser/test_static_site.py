@@ -3,6 +3,10 @@
 Every request to another host is aborted and recorded, and a test that saw one FAILS: the site must open
 offline, so nothing may come from a CDN. Widgets must render from the state saved in the notebooks (there is
 no kernel), and every lesson's reveal.js slides must load and move from slide to slide.
+
+The site must also be honest about having no kernel: every widget view carries a note that it needs one, and
+its controls are disabled rather than live-looking and dead. What the notebooks keep collapsed, exercise
+solutions and outputs that reveal a quiz's answer, is in closed ``<details>`` on pages and slides alike.
 """
 
 import functools
@@ -34,6 +38,24 @@ RENDERED_VIEWS = """(visibleOnly) => Array.from(document.querySelectorAll('.jp-C
   Array.from(cell.querySelectorAll('.jupyter-widgets')).filter(view =>
     view.parentElement.closest('.jupyter-widgets') === null
     && (!visibleOnly || view.getBoundingClientRect().height > 0)).length)"""
+
+
+# The widgets' no-kernel state on a page: the wrappers docs/build_site.py puts around each view, how many show
+# their note, and any control still usable (enabled, or a slider still taking the pointer).
+NO_KERNEL_STATE = """() => {
+  const wrappers = Array.from(document.querySelectorAll('.dpcourse-needs-kernel'));
+  const controls = Array.from(document.querySelectorAll('.jupyter-widgets :is(button, input, select, textarea)'));
+  const sliders = Array.from(document.querySelectorAll('.jupyter-widgets .widget-slider'));
+  const shown = (element) => element !== null && element.getBoundingClientRect().height > 0;
+  return {
+    wrappers: wrappers.length,
+    notesShown: wrappers.filter(w => shown(w.querySelector('.dpcourse-needs-kernel-note'))).length,
+    controls: controls.length,
+    usable: controls.filter(c => !c.disabled || !c.closest('.dpcourse-needs-kernel'))
+      .concat(sliders.filter(s => getComputedStyle(s).pointerEvents !== 'none'))
+      .map(element => element.outerHTML.slice(0, 100)),
+  };
+}"""
 
 
 def load_builder():
@@ -183,6 +205,47 @@ def test_lesson_page_renders_its_saved_widgets(notebook: Path, offline: OfflineP
         page.screenshot(path=ARTIFACTS / "site" / f"{notebook.stem}.png", full_page=True)
 
 
+def collapsed_cells(notebook: Path) -> dict[str, int]:
+    """How many code cells the notebook keeps collapsed: solutions (source) and revealing outputs."""
+    cells = [c for c in nbformat.read(notebook, as_version=4).cells if c.cell_type == "code"]
+    return {
+        "dpcourse-solution": sum(bool(c.metadata.get("jupyter", {}).get("source_hidden")) for c in cells),
+        "dpcourse-hidden-output": sum(
+            bool(c.metadata.get("jupyter", {}).get("outputs_hidden") and c.outputs) for c in cells
+        ),
+    }
+
+
+def expect_collapsed(page: Page, notebook: Path) -> None:
+    """Every solution and revealing output in a closed <details>, its content not shown until a click."""
+    for kind, count in collapsed_cells(notebook).items():
+        expect(page.locator(f"details.{kind}")).to_have_count(count)
+    expect(page.locator("details[open]")).to_have_count(0)
+    expect(page.locator("details.dpcourse-solution .jp-InputArea:visible")).to_have_count(0)
+    expect(page.locator("details.dpcourse-hidden-output .jp-OutputArea:visible")).to_have_count(0)
+
+
+@pytest.mark.parametrize("notebook", NOTEBOOKS, ids=lambda path: path.stem)
+def test_lesson_page_is_honest_without_a_kernel(notebook: Path, offline: OfflinePage, site_url: str) -> None:
+    """Widgets: a note each, every control disabled. Solutions and revealing outputs: collapsed, one click away."""
+    page = offline.page
+    page.goto(f"{site_url}/lessons/{notebook.stem}.html")
+    expected = stored_widget_views(notebook)
+    wait_for_views(page, expected)
+    state = page.evaluate(NO_KERNEL_STATE)
+    views = sum(expected.values())
+    assert state["wrappers"] == views, f"{notebook.stem}: {state['wrappers']} widget notes for {views} widget views"
+    assert state["notesShown"] == views, f"{notebook.stem}: {views - state['notesShown']} notes are not shown"
+    assert not state["usable"], f"{notebook.stem}: controls that look live without a kernel:\n" + "\n".join(
+        state["usable"])
+    expect_collapsed(page, notebook)
+    summaries = page.locator("details.dpcourse-hidden-output > summary")
+    if summaries.count():
+        summaries.first.click()
+        expect(page.locator("details.dpcourse-hidden-output").first.locator(".jp-OutputArea")).to_be_visible()
+    offline.assert_offline()
+
+
 def slide_titles(notebook: Path) -> list[str]:
     """The first line of every cell that starts a slide (notebooks/build.py marks # and ## headings)."""
     cells = nbformat.read(notebook, as_version=4).cells
@@ -210,4 +273,7 @@ def test_lesson_slides_render_and_navigate(notebook: Path, offline: OfflinePage,
     expected = stored_widget_views(notebook)
     wrong = mismatches(expected, wait_for_views(page, expected, visible_only=False))
     assert not wrong, f"{notebook.stem}.slides.html: widgets did not render from the saved state:\n" + "\n".join(wrong)
+    expect_collapsed(page, notebook)
+    expect(page.locator(".dpcourse-needs-kernel .dpcourse-needs-kernel-note")).to_have_count(sum(expected.values()))
+    assert not page.evaluate(NO_KERNEL_STATE)["usable"], f"{notebook.stem}.slides.html: controls look live"
     offline.assert_offline()

@@ -220,6 +220,17 @@ def _reduce_scatter_only(tensors):
     return [torch.cat(p) for p in pieces], [n - 1] * n
 
 
+def _accumulate(weight: Callable[[int, int, int], float], zero_each_time: bool = False):
+    def accumulate_gradients(model, x, y, micro_batch):
+        parts = list(zip(x.split(micro_batch), y.split(micro_batch), strict=True))
+        for x_k, y_k in parts:
+            if zero_each_time:
+                model.zero_grad()
+            (examples.loss_fn(model(x_k), y_k) * weight(len(x_k), len(x), len(parts))).backward()
+
+    return accumulate_gradients
+
+
 WRONG: dict[str, dict[str, Callable]] = {
     "full_batch_gradients": {"summed loss": _sum_loss_gradients, "half the batch": _first_half_gradients},
     "chunk_loss_weights": {
@@ -304,6 +315,16 @@ WRONG: dict[str, dict[str, Callable]] = {
     "scalar_output_shape": {
         "one element per device": lambda batch, n: () if n == 1 else (n,),
         "a 0-d tensor whatever n": lambda batch, n: (),
+    },
+    "loss_weights": {
+        "1/K for every micro-batch": lambda sizes: [1 / len(sizes)] * len(sizes),
+        "no weight": lambda sizes: [1.0] * len(sizes),
+        "1/b_k, the micro-batch's own mean again": lambda sizes: [1 / size for size in sizes],
+    },
+    "accumulate_gradients": {
+        "no weight": _accumulate(lambda rows, total, k: 1.0),
+        "1/K, wrong for a short last micro-batch": _accumulate(lambda rows, total, k: 1 / k),
+        "zero_grad inside the loop": _accumulate(lambda rows, total, k: rows / total, zero_each_time=True),
     },
     "after_forwards": {
         "both counters survive": lambda k, n: (k, k),

@@ -12,7 +12,7 @@ from matplotlib.figure import Figure
 from matplotlib.text import Text
 
 import dpcourse
-from dpcourse import examples, viz
+from dpcourse import accumulation, examples, viz
 from dpcourse.costmodel import PRESETS, Workload
 from dpcourse.quiz import EXPERIMENTS, run_experiment
 from dpcourse.viz.gallery import FIGURES as GALLERY
@@ -31,6 +31,18 @@ CASES = {
     "gradient_sum-lesson06": lambda: viz.gradient_sum(reduction="sum", batch=8, n_devices=2),
     "per_replica_mean_bias-even": lambda: viz.per_replica_mean_bias(8, 2),
     "timeline-2-devices": lambda: viz.timeline(example_trace(2)),
+    "accumulation_timeline-lesson14": lambda: viz.accumulation_timeline([
+        ("DataParallel, 2 devices", "reduce-add", {"device 0": [1, 1, 1]}),
+        ("DDP, 2 ranks", "all-reduce", {"rank 0": [1, 1, 1], "rank 1": [1, 1, 1]}),
+        ("DDP, no_sync() around micro-steps 1-2", "all-reduce", {"rank 0": [0, 0, 1], "rank 1": [0, 0, 1]}),
+        ("DDP, only the backward inside no_sync()", "all-reduce", {"rank 0": [1, 1, 1], "rank 1": [1, 1, 1]}),
+    ]),
+    "accumulation_timeline-several-buckets": lambda: viz.accumulation_timeline([
+        ("DDP, 4 ranks", "all-reduce", {f"rank {r}": [0, 0, 0, 0, 3] for r in range(4)}),
+    ]),
+    "micro_batch_weights-one-device": lambda: viz.micro_batch_weights(accumulation.sample_weights(10, 4, "1/K")),
+    "micro_batch_weights-mean-of-means": lambda: viz.micro_batch_weights(
+        accumulation.sample_weights(10, 3, "1/K", n_devices=2, per_replica_mean=True)),
 }
 
 

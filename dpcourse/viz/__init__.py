@@ -5,6 +5,7 @@ Every function returns a ``matplotlib.figure.Figure`` made without pyplot, so no
 (``palette.device_color``); grey means idle. ``python -m dpcourse.viz.gallery out/`` writes them all.
 """
 
+from .accumulation import accumulation_timeline, micro_batch_weights
 from .chunks import chunk_split
 from .costmodel import plot_speedup
 from .gather import gather_view
@@ -14,10 +15,12 @@ from .scaling import measure_scaling, scaling
 from .timeline import timeline
 
 __all__ = [
+    "accumulation_timeline",
     "chunk_split",
     "gather_view",
     "gradient_sum",
     "measure_scaling",
+    "micro_batch_weights",
     "per_replica_mean_bias",
     "plot_speedup",
     "replicate_map",

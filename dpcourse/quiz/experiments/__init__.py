@@ -37,6 +37,7 @@ from . import (
     lesson09,
     lesson10,
     lesson11,
+    lesson14,
 )
 
 # In course order; a new lesson's module is imported above and added here.
@@ -53,6 +54,7 @@ LESSON_MODULES = (
     lesson09,
     lesson10,
     lesson11,
+    lesson14,
 )
 
 

@@ -6,6 +6,7 @@ Every function returns a ``matplotlib.figure.Figure`` made without pyplot, so no
 """
 
 from .chunks import chunk_split
+from .collectives import bytes_per_rank, collective
 from .costmodel import plot_speedup
 from .gather import gather_view
 from .gradients import gradient_sum, per_replica_mean_bias
@@ -14,7 +15,9 @@ from .scaling import measure_scaling, scaling
 from .timeline import timeline
 
 __all__ = [
+    "bytes_per_rank",
     "chunk_split",
+    "collective",
     "gather_view",
     "gradient_sum",
     "measure_scaling",

@@ -65,6 +65,15 @@ def test_both_all_reduces_equal_dist_all_reduce_and_send_the_bytes_their_formula
     assert runs.time_table().count("\n") == 3 * 2
 
 
+@pytest.mark.cuda
+def test_both_all_reduces_equal_nccls_and_send_as_many_bytes_on_gpus() -> None:
+    if torch.cuda.device_count() < 2:
+        pytest.skip("NCCL needs a GPU per rank: 2 GPUs")
+    runs = compare.compare(numels=(12,), world_sizes=(2,), repeats=1, backend="nccl")
+    assert all(run.correct for run in runs.runs)
+    assert runs.find("ring", 2, 48).sent == runs.find("reduce-then-broadcast", 2, 48).sent == [48, 48]
+
+
 def test_dataparallel_sends_n_minus_1_copies_out_of_device_0_and_takes_as_many_back() -> None:
     for n in (1, 2, 4):
         counted = compare.dataparallel_bytes(n)

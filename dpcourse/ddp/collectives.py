@@ -101,12 +101,17 @@ def _ranks_of(masks: list[int | None]) -> list[tuple[int, ...]]:
     return [() if m is None else tuple(r for r in range(m.bit_length()) if m >> r & 1) for m in masks]
 
 
-def collectives(world_size: int = 4, names: tuple[str, ...] = tuple(CALLS)) -> dict[str, Moved]:
-    """Run each collective in ``names`` on ``world_size`` ranks, in one launch; ``Moved`` records by name."""
+def collectives(world_size: int = 4, names: tuple[str, ...] = tuple(CALLS), backend: str | None = None
+                ) -> dict[str, Moved]:
+    """Run each collective in ``names`` on ``world_size`` ranks, in one launch; ``Moved`` records by name.
+
+    ``backend`` is ``launch``'s choice by default (gloo on CPUs); what ``reduce`` leaves in the other ranks'
+    tensors is the backend's own business, so a question about gloo asks for ``"gloo"``.
+    """
     unknown = [name for name in names if name not in CALLS]
     if unknown:
         raise ValueError(f"Unknown collectives {unknown}; choose from {list(CALLS)}.")
-    ranks = launch(_collectives, world_size, (list(names),))
+    ranks = launch(_collectives, world_size, (list(names),), backend=backend)
     moved = {}
     for name in names:
         per_rank = [result[name] for result in ranks]

@@ -112,9 +112,10 @@ class Comparison:
 
 
 def compare(numels: Sequence[int] = (1_200, 24_000, 480_000), world_sizes: Sequence[int] = (2, 3, 4),
-            repeats: int = 2) -> Comparison:
-    """Both all-reduces and gloo's on float32 tensors of ``numels`` values, for each rank count, in one launch."""
-    rows = launch(_compare, max(world_sizes), (list(numels), list(world_sizes), repeats))
+            repeats: int = 2, backend: str | None = None) -> Comparison:
+    """Both all-reduces and the backend's own (gloo's on CPUs, ``"gloo"`` in the tables) on float32 tensors of
+    ``numels`` values, for each rank count, in one launch; ``backend`` is ``launch``'s choice by default."""
+    rows = launch(_compare, max(world_sizes), (list(numels), list(world_sizes), repeats), backend=backend)
     runs = []
     for row in rows[0]:  # rank 0 takes part in every group; the others' rows line up with its rows
         same = [next(o for o in ranks if (o["n"], o["numel"], o["algorithm"]) == (row["n"], row["numel"],

@@ -28,10 +28,11 @@ def _pass_right(blocking: bool, numel: int) -> int:
     return int(incoming[0])
 
 
-def pass_right(world_size: int = 3, blocking: bool = False, numel: int = 10, timeout: float = 10.0) -> list[int]:
+def pass_right(world_size: int = 3, blocking: bool = False, numel: int = 10, timeout: float = 10.0,
+               backend: str | None = None) -> list[int]:
     """Each rank sends ``numel`` copies of its rank number to the right; returns what each one received.
 
-    With ``blocking=True`` the ranks deadlock, and ``launch`` stops them after ``timeout`` seconds with a
-    ``TimeoutError``.
+    With ``blocking=True`` the ranks deadlock on gloo, and ``launch`` stops them after ``timeout`` seconds with
+    a ``TimeoutError``. ``backend`` is ``launch``'s choice by default (gloo on CPUs).
     """
-    return launch(_pass_right, world_size, (blocking, numel), timeout=timeout)
+    return launch(_pass_right, world_size, (blocking, numel), backend=backend, timeout=timeout)

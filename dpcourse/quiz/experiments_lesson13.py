@@ -12,16 +12,16 @@ WAIT = 3.0  # seconds: the ranks of the blocking version are stopped after this 
 
 @experiment
 def blocking_sends_wait() -> Outcome:
-    """3 ranks each ``dist.send`` 10 values to the right, then ``dist.recv`` from the left; then with ``isend``."""
+    """3 gloo ranks each ``dist.send`` 10 values to the right, then ``dist.recv`` from the left; then with ``isend``."""
     from dpcourse.ddp import WorkerError, pointtopoint
 
     try:
-        received, what = pointtopoint.pass_right(3, blocking=True, timeout=WAIT), "finished"
+        received, what = pointtopoint.pass_right(3, blocking=True, timeout=WAIT, backend="gloo"), "finished"
     except TimeoutError:
         received, what = None, "waited"
     except WorkerError as error:
         received, what = None, f"failed: {str(error).splitlines()[-1]}"
-    with_isend = pointtopoint.pass_right(3, blocking=False)
+    with_isend = pointtopoint.pass_right(3, blocking=False, backend="gloo")
     text = (
         f"dist.send, then dist.recv, on all 3 ranks: {what}"
         + (f", each rank received rank {received}" if received else f" (still waiting after {WAIT:g} s, stopped)")
@@ -38,10 +38,10 @@ def blocking_sends_wait() -> Outcome:
 
 @experiment
 def reduce_leaves_partial_sums() -> Outcome:
-    """``dist.reduce(x, dst=0)`` on 3 ranks; compare rank 2's tensor afterwards with its input and the sum."""
+    """``dist.reduce(x, dst=0)`` on 3 gloo ranks; compare rank 2's tensor afterwards with its input and the sum."""
     from dpcourse.ddp import collectives
 
-    moved = collectives.collectives(3, ("reduce",))["reduce"]
+    moved = collectives.collectives(3, ("reduce",), backend="gloo")["reduce"]
     before, after, total = moved.before[2], moved.after[2], moved.after[0]
     text = (
         f"{moved}\n"

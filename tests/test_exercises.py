@@ -8,6 +8,7 @@
 """
 
 import ast
+import linecache
 import math
 import re
 import threading
@@ -17,6 +18,7 @@ from pathlib import Path
 import jupytext
 import pytest
 import torch
+import torch.distributed as dist
 from torch import nn
 
 from dpcourse import examples, exercises
@@ -52,7 +54,11 @@ def _lesson_solutions() -> tuple[dict[str, Callable], dict[str, str]]:
                 continue
             name = re.search(r"^def (\w+)\(", cell.source, re.M).group(1)
             namespace: dict = {}
-            exec(LESSON_IMPORTS + imports + cell.source, namespace)
+            # Kept where inspect.getsource finds it, as IPython keeps a cell's code: lesson 13's checks send a
+            # solution to other processes as its source.
+            code, filename = LESSON_IMPORTS + imports + cell.source, f"<{path.stem}: {name}>"
+            linecache.cache[filename] = (len(code), None, code.splitlines(True), filename)
+            exec(compile(code, filename, "exec"), namespace)
             solutions[name], lessons[name] = namespace[name], path.name
     return solutions, lessons
 
@@ -229,6 +235,82 @@ def _accumulate(weight: Callable[[int, int, int], float], zero_each_time: bool =
             (examples.loss_fn(model(x_k), y_k) * weight(len(x_k), len(x), len(parts))).backward()
 
     return accumulate_gradients
+# Lesson 13's all-reduces run on real ranks, where they travel as source: each mistake is a def, the flags
+# of the factories below travel as closure values.
+
+def _through_rank_0(add: bool = True, send_back: bool = True):
+    def reduce_then_broadcast(tensor):
+        rank, n = dist.get_rank(), dist.get_world_size()
+        if rank != 0:
+            dist.send(tensor, 0)
+            if send_back:
+                dist.recv(tensor, 0)
+            return
+        incoming = torch.empty_like(tensor)
+        for source in range(1, n):
+            dist.recv(incoming, source)
+            if add:
+                tensor += incoming
+            else:
+                tensor.copy_(incoming)
+        for other in range(1, n if send_back else 1):
+            dist.send(tensor, other)
+
+    return reduce_then_broadcast
+
+
+def _everyone_to_everyone(tensor):
+    rank, n = dist.get_rank(), dist.get_world_size()
+    mine, total = tensor.clone(), tensor.clone()
+    requests = [dist.isend(mine, other) for other in range(n) if other != rank]
+    for other in range(n):
+        if other != rank:
+            incoming = torch.empty_like(tensor)
+            dist.recv(incoming, other)
+            total += incoming
+    for request in requests:
+        request.wait()
+    tensor.copy_(total)
+
+
+def _calls_all_reduce(tensor):
+    dist.all_reduce(tensor)
+
+
+def _ring(accumulate: bool = True, all_gather: bool = True, direction: int = -1, average: bool = False):
+    def ring_all_reduce_on_ranks(tensor):
+        rank, n = dist.get_rank(), dist.get_world_size()
+        pieces = tensor.view(-1).tensor_split(n)
+        for step in range(n - 1):
+            arriving = pieces[(rank + direction * (step + 1)) % n]
+            incoming = torch.empty_like(arriving)
+            request = dist.isend(pieces[(rank + direction * step) % n], (rank + 1) % n)
+            dist.recv(incoming, (rank - 1) % n)
+            request.wait()
+            if accumulate:
+                arriving += incoming
+            else:
+                arriving.copy_(incoming)
+        for step in range(n - 1 if all_gather else 0):
+            request = dist.isend(pieces[(rank + 1 - step) % n], (rank + 1) % n)
+            dist.recv(pieces[(rank - step) % n], (rank - 1) % n)
+            request.wait()
+        if average:
+            tensor /= n
+
+    return ring_all_reduce_on_ranks
+
+
+def _whole_tensor_around_the_ring(tensor):
+    rank, n = dist.get_rank(), dist.get_world_size()
+    travelling = tensor.clone()
+    for _ in range(n - 1):
+        incoming = torch.empty_like(travelling)
+        request = dist.isend(travelling, (rank + 1) % n)
+        dist.recv(incoming, (rank - 1) % n)
+        request.wait()
+        tensor += incoming
+        travelling = incoming
 
 
 WRONG: dict[str, dict[str, Callable]] = {
@@ -325,6 +407,20 @@ WRONG: dict[str, dict[str, Callable]] = {
         "no weight": _accumulate(lambda rows, total, k: 1.0),
         "1/K, wrong for a short last micro-batch": _accumulate(lambda rows, total, k: 1 / k),
         "zero_grad inside the loop": _accumulate(lambda rows, total, k: rows / total, zero_each_time=True),
+    },
+    "reduce_then_broadcast": {
+        "rank 0 copies instead of adding": _through_rank_0(add=False),
+        "the sum never sent back": _through_rank_0(send_back=False),
+        "every rank sends to every other": _everyone_to_everyone,
+        "dist.all_reduce itself": _calls_all_reduce,
+    },
+    "ring_all_reduce_on_ranks": {
+        "no accumulation (copies the incoming piece)": _ring(accumulate=False),
+        "reduce-scatter only": _ring(all_gather=False),
+        "pieces counted the wrong way round the ring": _ring(direction=1),
+        "averages instead of summing": _ring(average=True),
+        "the whole tensor, not divided into pieces": _whole_tensor_around_the_ring,
+        "dist.all_reduce itself": _calls_all_reduce,
     },
     "after_forwards": {
         "both counters survive": lambda k, n: (k, k),

@@ -4,6 +4,7 @@ Measured on the drawn figure with matplotlib's own bounding boxes (``Text.get_wi
 canvas's renderer), for the figures the lessons, the explorers and the quizzes draw.
 """
 
+import functools
 import itertools
 
 import pytest
@@ -14,11 +15,13 @@ from matplotlib.text import Text
 import dpcourse
 from dpcourse import accumulation, examples, viz
 from dpcourse.costmodel import PRESETS, Workload
+from dpcourse.ddp import collectives, compare
 from dpcourse.quiz import EXPERIMENTS, run_experiment
 from dpcourse.viz.gallery import FIGURES as GALLERY
 from dpcourse.viz.gallery import example_trace
 
 TOLERANCE_PX = 1.0  # anti-aliasing: boxes that only touch are not an overlap
+on_ranks = functools.cache(collectives.collectives)  # one launch of real ranks for lesson 13's five figures
 
 CASES = {
     **{f"gallery-{name}": make for name, make in GALLERY.items()},
@@ -43,6 +46,10 @@ CASES = {
     "micro_batch_weights-one-device": lambda: viz.micro_batch_weights(accumulation.sample_weights(10, 4, "1/K")),
     "micro_batch_weights-mean-of-means": lambda: viz.micro_batch_weights(
         accumulation.sample_weights(10, 3, "1/K", n_devices=2, per_replica_mean=True)),
+    **{f"collective-{name}": (lambda name=name: viz.collective(on_ranks(4)[name])) for name in collectives.CALLS},
+    "collective-reduce-lesson13": lambda: viz.collective(on_ranks(3)["reduce"]),
+    "bytes_per_rank-lesson13": lambda: viz.bytes_per_rank(
+        compare.compare(numels=(1_200,), repeats=1), 4_800, {2: 1.0, 3: 2.0, 4: 3.0}),
 }
 
 

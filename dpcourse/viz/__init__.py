@@ -7,6 +7,7 @@ Every function returns a ``matplotlib.figure.Figure`` made without pyplot, so no
 
 from .accumulation import accumulation_timeline, micro_batch_weights
 from .chunks import chunk_split
+from .collectives import bytes_per_rank, collective
 from .costmodel import plot_speedup
 from .gather import gather_view
 from .gradients import gradient_sum, per_replica_mean_bias
@@ -16,7 +17,9 @@ from .timeline import timeline
 
 __all__ = [
     "accumulation_timeline",
+    "bytes_per_rank",
     "chunk_split",
+    "collective",
     "gather_view",
     "gradient_sum",
     "measure_scaling",

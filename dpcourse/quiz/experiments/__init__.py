@@ -37,6 +37,7 @@ from . import (
     lesson09,
     lesson10,
     lesson11,
+    lesson13,
     lesson14,
 )
 
@@ -54,6 +55,7 @@ LESSON_MODULES = (
     lesson09,
     lesson10,
     lesson11,
+    lesson13,
     lesson14,
 )
 

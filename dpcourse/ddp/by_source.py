@@ -1,0 +1,99 @@
+"""Send a function written in a notebook cell to the ranks, as its source text, and rebuild it there.
+
+``launch`` sends a worker to each rank by name (pickle records ``module.function``), so a worker must live
+in an importable module. A function defined in a notebook cell has no such name: its module is the kernel's
+``__main__``, which a rank cannot import. Its source is known, though: IPython keeps every cell's text
+where ``inspect.getsource`` finds it. So ``SourceFunction.of(function)`` records
+
+* the function's source;
+* the names it uses from outside: its closure's values and the globals its code mentions. Modules travel
+  by name and are imported again in the rank; functions from the same cell or module travel as source
+  too; any other value travels pickled, and a value that cannot be pickled stays behind (the rank then
+  raises ``NameError`` for it, as Python would);
+
+and ``rebuild()``, in the rank, runs the source in a fresh namespace holding those names and returns the
+function. The learner's code runs unchanged, with ``dist`` and ``torch`` as they wrote them.
+"""
+
+import builtins
+import dataclasses
+import importlib
+import inspect
+import linecache
+import pickle
+import textwrap
+import types
+from collections.abc import Callable, Iterator
+from typing import Any
+
+
+@dataclasses.dataclass
+class ModuleName:
+    """A module, sent as its name: ``import_module(name)`` in the rank."""
+
+    name: str
+
+
+@dataclasses.dataclass
+class SourceFunction:
+    """A function as its ``name``, ``source`` and the outside ``names`` it needs; ``rebuild()`` makes it again."""
+
+    name: str
+    source: str
+    names: dict[str, Any]
+
+    @classmethod
+    def of(cls, function: Callable) -> "SourceFunction":
+        """Record ``function``; ``TypeError`` if it is not a ``def`` whose source Python can find."""
+        if not isinstance(function, types.FunctionType) or function.__name__ == "<lambda>":
+            raise TypeError(f"{function!r} is not a function written with def: write it with def in a cell.")
+        try:
+            source = textwrap.dedent(inspect.getsource(function))
+        except (OSError, TypeError) as error:
+            raise TypeError(f"The source of {function.__name__} cannot be found ({error}): define it in a "
+                            "notebook cell or a .py file.") from None
+        return cls(function.__name__, source, dict(_outside_names(function)))
+
+    def rebuild(self) -> Callable:
+        """Run the source in a namespace of its own and return the function it defines."""
+        namespace: dict[str, Any] = {"__builtins__": builtins, "__name__": "__learner__"}
+        for name, value in self.names.items():
+            if isinstance(value, ModuleName):
+                value = importlib.import_module(value.name)
+            elif isinstance(value, SourceFunction):
+                value = value.rebuild()
+            namespace[name] = value
+        filename = f"<{self.name}, sent by source>"
+        linecache.cache[filename] = (len(self.source), None, self.source.splitlines(True), filename)  # tracebacks
+        exec(compile(self.source, filename, "exec"), namespace)
+        return namespace[self.name]
+
+
+def _names_in(code: types.CodeType) -> Iterator[str]:
+    """Every global name ``code`` and the code nested in it (comprehensions, inner functions) mention."""
+    yield from code.co_names
+    for constant in code.co_consts:
+        if isinstance(constant, types.CodeType):
+            yield from _names_in(constant)
+
+
+def _outside_names(function: types.FunctionType) -> Iterator[tuple[str, Any]]:
+    closure = zip(function.__code__.co_freevars, function.__closure__ or (), strict=True)
+    values = {name: cell.cell_contents for name, cell in closure}
+    values |= {name: function.__globals__[name] for name in _names_in(function.__code__)
+               if name in function.__globals__ and name != function.__name__}
+    for name, value in values.items():
+        if isinstance(value, types.ModuleType):
+            yield name, ModuleName(value.__name__)
+        elif isinstance(value, types.FunctionType) and value.__module__ in ("__main__", function.__module__):
+            yield name, SourceFunction.of(value)
+        elif _picklable(value):
+            yield name, value
+
+
+def _picklable(value: Any) -> bool:
+    try:
+        pickle.dumps(value)
+    except Exception:  # pickle raises many kinds: PicklingError, TypeError, AttributeError...
+        return False
+    return True

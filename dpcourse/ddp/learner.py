@@ -1,0 +1,80 @@
+"""Run a learner's all-reduce, written in a notebook cell, on real ranks, next to ``dist.all_reduce``.
+
+``run_on_ranks(function, inputs)`` starts ``len(inputs)`` ranks. Rank ``r`` gets a copy of ``inputs[r]`` and
+
+1. all-reduces one copy with ``dist.all_reduce``: the expected answer;
+2. calls ``function(tensor)`` on another, counting the bytes it sends and receives and the collectives it
+   calls (``traffic.counted``);
+3. returns both tensors and the counts.
+
+The function travels to the ranks as its source (``by_source``), since a rank cannot import a notebook cell.
+If it raises in any rank, the others are stopped and ``run_on_ranks`` raises *the learner's exception*,
+type and message, not a ``WorkerError`` with a traceback: the exercise check shows it as one line. Ranks that
+wait for each other forever (every rank in a blocking ``send``, say) are stopped after ``TIMEOUT`` seconds.
+"""
+
+import pickle
+import tempfile
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from .by_source import SourceFunction
+from .launcher import WorkerError, device, launch
+from .traffic import counted
+
+TIMEOUT = 20.0  # seconds; a right answer on 4 ranks takes well under one
+
+
+def _learners_function(function: SourceFunction, inputs: list[torch.Tensor], errors: str) -> dict:
+    rank = dist.get_rank()
+    expected = inputs[rank].to(device(), copy=True)
+    dist.all_reduce(expected)
+    tensor = inputs[rank].to(device(), copy=True)
+    try:
+        with counted() as traffic:
+            function.rebuild()(tensor)
+    except Exception as error:
+        try:
+            note = pickle.dumps(error)
+        except Exception:  # an exception class of the learner's own cannot always be pickled
+            note = pickle.dumps(RuntimeError(f"{type(error).__name__}: {error}"))
+        Path(errors, f"rank-{rank}.pickle").write_bytes(note)
+        raise
+    return {"result": tensor.cpu(), "expected": expected.cpu(), "sent": traffic.sent, "received": traffic.received,
+            "collectives": traffic.collectives}
+
+
+def _died(failure: WorkerError) -> str:
+    """Why a rank stopped without raising, in the learner's terms (the launcher's message names the signal)."""
+    if "SIGABRT" in str(failure):
+        return (f"rank {failure.rank} was aborted inside torch.distributed. gloo aborts a rank whose recv gets a "
+                "message of another size than its tensor: does every rank receive into a piece of the size its "
+                "neighbour sends?")
+    return str(failure).splitlines()[0]
+
+
+def run_on_ranks(function, inputs: list[torch.Tensor], timeout: float | None = None) -> list[dict]:
+    """Call ``function(tensor)`` on ``len(inputs)`` ranks; per rank its ``result``, the ``expected`` all-reduce,
+    the bytes it ``sent`` and ``received`` point to point, and the ``collectives`` it called.
+
+    Raises the learner's own exception if ``function`` raised in a rank, ``TypeError`` if its source cannot be
+    found, and ``TimeoutError`` if the ranks are still running after ``timeout`` (default ``TIMEOUT``) seconds.
+    """
+    shipped = SourceFunction.of(function)
+    timeout = timeout or TIMEOUT
+    with tempfile.TemporaryDirectory(prefix="dpcourse-learner-") as errors:
+        try:
+            return launch(_learners_function, len(inputs), (shipped, list(inputs), errors), timeout=timeout)
+        except WorkerError as failure:
+            note = Path(errors, f"rank-{failure.rank}.pickle")
+            if note.exists():
+                raise pickle.loads(note.read_bytes()) from None
+            raise RuntimeError(_died(failure)) from None
+        except TimeoutError:
+            raise TimeoutError(
+                f"the {len(inputs)} ranks were still running after {timeout:g} s and were stopped: they wait for "
+                "each other. Every send needs a matching recv on the other rank, and a blocking dist.send on "
+                "every rank at once never returns: start sends with dist.isend."
+            ) from None

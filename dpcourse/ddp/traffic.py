@@ -1,0 +1,98 @@
+"""Count what one rank sends and receives, point to point, and which collectives it calls.
+
+    with counted() as traffic:
+        ring_all_reduce(tensor)
+    traffic.sent, traffic.received, traffic.collectives     # bytes, bytes, names of collectives called
+
+Every point-to-point call of ``torch.distributed`` (``send``, ``isend``, ``recv``, ``irecv``, and
+``batch_isend_irecv``, which calls those) ends in one method of the process group: ``group.send([tensor],
+dst, tag)`` or ``group.recv([tensor], src, tag)`` (``torch/distributed/distributed_c10d.py: isend, irecv``).
+``counted`` wraps those methods on the ``ProcessGroup`` class while it is open, so it sees every message of
+every group in this process, whatever module-level name the caller used. The bytes are the tensors'
+payload, ``numel() * element_size()``: what an algorithm asks to move, not what the wire adds to it.
+
+Collectives run inside the backend, so their bytes cannot be counted this way; ``counted`` only records that
+one was called (``torch.distributed.all_reduce`` and its kin), which is how a check tells a hand-written
+all-reduce from a call of the real one.
+"""
+
+import contextlib
+import dataclasses
+from collections.abc import Iterator
+
+import torch
+import torch.distributed as dist
+from torch.distributed import distributed_c10d
+
+# The functions that move data between ranks inside the backend; barrier moves none and is not listed.
+COLLECTIVES = (
+    "all_reduce",
+    "reduce",
+    "broadcast",
+    "all_gather",
+    "all_gather_single",
+    "all_gather_into_tensor",
+    "reduce_scatter",
+    "reduce_scatter_single",
+    "reduce_scatter_tensor",
+    "all_to_all",
+    "all_to_all_single",
+)
+
+
+@dataclasses.dataclass
+class Traffic:
+    """Bytes this rank sent and received point to point, and the collectives it called, in order."""
+
+    sent: int = 0
+    received: int = 0
+    collectives: list[str] = dataclasses.field(default_factory=list)
+
+
+def _payload(tensors: list[torch.Tensor]) -> int:
+    return sum(t.numel() * t.element_size() for t in tensors)
+
+
+@contextlib.contextmanager
+def counted() -> Iterator[Traffic]:
+    """Count this process's point-to-point bytes and collective calls inside the ``with`` block."""
+    traffic = Traffic()
+    group_class = dist.ProcessGroup
+    # The class's own entries, put back as they were: reading ``group_class.send`` instead gives the bare
+    # function, which, set back on the class, would no longer receive the group as ``self``.
+    methods = {name: vars(group_class)[name] for name in ("send", "recv", "recv_anysource")}
+    send, recv, recv_anysource = group_class.send, group_class.recv, group_class.recv_anysource
+
+    def counting_send(group, tensors, dst, tag=0):
+        traffic.sent += _payload(tensors)
+        return send(group, tensors, dst, tag)
+
+    def counting_recv(group, tensors, src, tag=0):
+        traffic.received += _payload(tensors)
+        return recv(group, tensors, src, tag)
+
+    def counting_recv_anysource(group, tensors, tag=0):
+        traffic.received += _payload(tensors)
+        return recv_anysource(group, tensors, tag)
+
+    def noting(name, function):
+        def collective(*args, **kwargs):
+            traffic.collectives.append(name)
+            return function(*args, **kwargs)
+
+        return collective
+
+    collectives = {name: getattr(dist, name) for name in COLLECTIVES if hasattr(dist, name)}
+    group_class.send, group_class.recv, group_class.recv_anysource = (
+        counting_send, counting_recv, counting_recv_anysource)
+    for module in (dist, distributed_c10d):  # `dist.all_reduce` and `distributed_c10d.all_reduce` are one function
+        for name, function in collectives.items():
+            setattr(module, name, noting(name, function))
+    try:
+        yield traffic
+    finally:
+        for name, method in methods.items():
+            setattr(group_class, name, method)
+        for module in (dist, distributed_c10d):
+            for name, function in collectives.items():
+                setattr(module, name, function)

@@ -144,6 +144,13 @@ print("dpcourse.devices(3):           ", dpcourse.devices(3))
 # | [09 Performance](09_performance.ipynb) | where the time goes, replication, the GIL, device 0, scaling |
 # | [10 DDP bridge](10_ddp_bridge.ipynb) | from threads to processes: what DistributedDataParallel does differently |
 # | [11 Review](11_review.ipynb) | a mixed quiz, a recap table of the four steps, your progress |
+# | [12 Capstone](12_capstone.ipynb) | you write a whole DataParallel, forward and backward, from your own pieces, checked against dpcourse |
+# | **Part II** | **beyond DataParallel: what a DDP user needs next** |
+# | [13 Collectives](13_collectives.ipynb) | broadcast, reduce, [all-reduce](#Glossary), all-gather, reduce-scatter on real ranks; a ring all-reduce you write with send/recv; bytes per rank against reduce-then-broadcast |
+# | [14 Gradient accumulation](14_accumulation.ipynb) | micro-batches under one device, DataParallel and DDP; `no_sync()`; global batch = micro-batch × steps × replicas |
+# | [15 Memory per device](15_memory.ipynb) | parameters, gradients, optimizer state and activations per device; DataParallel's device-0 surplus against DDP's equal ranks |
+# | [16 Mixed precision](16_mixed_precision.ipynb) | autocast in DataParallel's threads, GradScaler, DDP's bf16/fp16 gradient compression and the error it costs |
+# | [17 DDP in practice](17_ddp_in_practice.ipynb) | DistributedSampler, checkpoints, uneven inputs, unused parameters, SyncBatchNorm, and a DataParallel script turned into a DDP script |
 #
 # - **Predict, then run.** A quiz asks before the cell that shows the answer, and that cell's output starts
 #   collapsed: answer first, then click the bar left of the output (or the `…` in its place) to open it.
@@ -184,7 +191,7 @@ quiz.ProgressSummary()
 # | **GIL** | CPython's *global interpreter lock*: in one process, only the thread holding it runs Python code. A thread lets go when it waits, when it calls C code that releases the lock (most torch operations do while they compute), and otherwise after a switch interval (`sys.getswitchinterval()`), so threads overlap only in such C code. DataParallel's replicas are threads of one process (lesson 04); DDP's ranks are processes, each with its own GIL (lesson 10). |
 # | **NCCL** | NVIDIA's *Collective Communications Library* ("nickel"): broadcast, reduce, all-reduce and more between GPUs, over NVLink, PCIe or the network. torch's DataParallel uses it to broadcast the parameters and reduce the gradients when every device is a separate GPU, and DDP uses it as the process-group backend for GPUs. It splits a transfer into pieces and passes them along a chain or ring of GPUs, so all links work at once. |
 # | **P2P** | *peer-to-peer*: one GPU reading or writing another GPU's memory directly, over PCIe or NVLink, without a stop in host memory. NCCL uses it where the hardware allows; `NCCL_P2P_DISABLE=1` turns it off, a known workaround for machines where it hangs. |
-# | **all-reduce** | a collective operation: every participant puts in a tensor, and every participant gets back the same combination of all of them, usually the sum. DDP all-reduces gradients (lesson 10). A *reduce* sends the result to one participant only: that is what DataParallel's reduce-add does, onto `devices[0]`. |
+# | **all-reduce** | a *collective* (an operation every rank of a process group calls together, lesson 13): every rank passes a tensor of the same shape and gets back, in place, the elementwise combination of all of them, the sum by default. It gives the same result as a reduce followed by a broadcast, or a reduce-scatter followed by an all-gather; a ring all-reduce sends 2(N−1)/N·S bytes per rank for a tensor of S bytes. DDP all-reduces gradients (lessons 10, 13). DataParallel's reduce-add is a *reduce*: the result goes to one device only, `devices[0]`. |
 # | **coalesced** | many small tensors packed into one flat buffer, so that they travel in one transfer instead of many, and unpacked on arrival: `broadcast_coalesced` and `reduce_add_coalesced` in DataParallel, gradient buckets in DDP. |
 # | **version counter** | a number each tensor carries (shared with its views) that every in-place operation increases. Autograd notes it when it saves a tensor for backward and raises "one of the variables needed for gradient computation has been modified by an inplace operation" if it changed. Replicas 1, 2, … get fresh tensors with their own counters. |
 

@@ -13,6 +13,7 @@ to a progress file only when the learner submits one (``dpcourse.quiz.progress``
 from . import (  # noqa: F401 (registers them)
     experiments,
     experiments_lesson14,
+    experiments_lesson16,
     experiments_outputs,
     experiments_review,
     experiments_training,

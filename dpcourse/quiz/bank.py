@@ -20,6 +20,7 @@ LESSONS = (
     "10_ddp_bridge",
     "11_review",
     "14_accumulation",
+    "16_mixed_precision",
 )
 
 

@@ -79,11 +79,13 @@ quiz.ask("16-enabled-only")
 in_float16 = precision.thread_dtypes(torch.float16)
 for way, calls in in_float16.items():
     print(f"{way:<34} {calls}")
+print("a new thread's default autocast dtypes:",
+      precision.in_plain_thread(lambda: {device: torch.get_autocast_dtype(device) for device in ("cpu", "cuda")}))
 viz.autocast_threads({"torch.autocast('cpu')": in_bfloat16, "torch.autocast('cpu', dtype=torch.float16)": in_float16})
 
 # %% [markdown]
 # The worker turned autocast on and got the thread's own default dtype, bfloat16, not the caller's float16.
-# On CUDA the default is float16, so by the same source, `autocast("cuda", dtype=torch.bfloat16)` around
+# A new thread's default for CUDA is float16 (the last line), so by the same source, `autocast("cuda", dtype=torch.bfloat16)` around
 # torch's DataParallel runs its replicas in float16 (read from the source; the course has no GPU
 # measurement). A single replica runs in the calling thread and keeps the caller's dtype. dpcourse passes the
 # dtype too.

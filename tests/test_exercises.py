@@ -21,7 +21,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from dpcourse import examples, exercises
+from dpcourse import examples, exercises, precision
 from dpcourse.exercises import registry
 from dpcourse.exercises.check import FAILED, NOT_ATTEMPTED, PASSED, run
 
@@ -313,6 +313,28 @@ def _whole_tensor_around_the_ring(tensor):
         travelling = incoming
 
 
+def _thread_with(autocast_args: Callable[[], dict]):
+    def in_thread_with_autocast(function, x):
+        arguments, result = autocast_args(), []
+
+        def work():
+            with torch.autocast("cpu", **arguments):
+                result.append(function(x))
+
+        thread = threading.Thread(target=work)
+        thread.start()
+        thread.join()
+        return result[0]
+
+    return in_thread_with_autocast
+
+
+def _scale_without_reset(scale, found_inf, good_steps, growth_interval):
+    if found_inf:
+        return scale * 0.5, good_steps
+    return (scale * 2.0, 0) if good_steps + 1 == growth_interval else (scale, good_steps + 1)
+
+
 WRONG: dict[str, dict[str, Callable]] = {
     "full_batch_gradients": {"summed loss": _sum_loss_gradients, "half the batch": _first_half_gradients},
     "chunk_loss_weights": {
@@ -421,6 +443,18 @@ WRONG: dict[str, dict[str, Callable]] = {
         "averages instead of summing": _ring(average=True),
         "the whole tensor, not divided into pieces": _whole_tensor_around_the_ring,
         "dist.all_reduce itself": _calls_all_reduce,
+    },
+    "in_thread_with_autocast": {
+        "a plain thread": lambda function, x: precision.in_plain_thread(function, x),
+        "the enabled flag only, as torch's worker": lambda function, x: precision.in_torch_style_worker(function, x),
+        "in the caller's thread": lambda function, x: function(x),
+        "autocast always on": _thread_with(lambda: {"enabled": True}),
+    },
+    "next_scale": {
+        "the count not reset after an overflow": _scale_without_reset,
+        "grows one step late": lambda scale, inf, good, interval: (
+            (scale * 0.5, 0) if inf else (scale * 2.0, 0) if good == interval else (scale, good + 1)),
+        "grows after every good step": lambda scale, inf, good, interval: (scale * 0.5, 0) if inf else (scale * 2.0, 0),
     },
     "after_forwards": {
         "both counters survive": lambda k, n: (k, k),

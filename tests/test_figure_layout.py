@@ -8,14 +8,16 @@ import functools
 import itertools
 
 import pytest
+import torch
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.text import Text
 
 import dpcourse
-from dpcourse import accumulation, examples, viz
+from dpcourse import accumulation, examples, precision, viz
 from dpcourse.costmodel import PRESETS, Workload
 from dpcourse.ddp import collectives, compare
+from dpcourse.ddp.compression import Compression
 from dpcourse.quiz import EXPERIMENTS, run_experiment
 from dpcourse.viz.gallery import FIGURES as GALLERY
 from dpcourse.viz.gallery import example_trace
@@ -43,6 +45,10 @@ CASES = {
     "accumulation_timeline-several-buckets": lambda: viz.accumulation_timeline([
         ("DDP, 4 ranks", "all-reduce", {f"rank {r}": [0, 0, 0, 0, 3] for r in range(4)}),
     ]),
+    "autocast_threads-lesson16": lambda: viz.autocast_threads(
+        {f"autocast(dtype={d})": precision.thread_dtypes(d) for d in (torch.bfloat16, torch.float16)}),
+    "loss_scale-lesson16": lambda: viz.loss_scale(precision.scaler_steps()),
+    "compression_error-synthetic": lambda: viz.compression_error(_synthetic_compression()),
     "micro_batch_weights-one-device": lambda: viz.micro_batch_weights(accumulation.sample_weights(10, 4, "1/K")),
     "micro_batch_weights-mean-of-means": lambda: viz.micro_batch_weights(
         accumulation.sample_weights(10, 3, "1/K", n_devices=2, per_replica_mean=True)),
@@ -51,6 +57,17 @@ CASES = {
     "bytes_per_rank-lesson13": lambda: viz.bytes_per_rank(
         compare.compare(numels=(1_200,), repeats=1), 4_800, {2: 1.0, 3: 2.0, 4: 3.0}),
 }
+
+
+def _synthetic_compression() -> Compression:
+    """Gradients rounded as the hooks round them, without starting ranks: ordinary, tiny and overflowing."""
+    exact = torch.linspace(-0.2, 0.2, 212)
+    grads = {}
+    for multiplier in (1.0, 1e-6, 2.0**16, 2.0**24):
+        grads[(multiplier, "none")] = exact * multiplier
+        grads[(multiplier, "fp16_compress_hook")] = (exact * multiplier).half().float()
+        grads[(multiplier, "bf16, dpcourse's copy")] = (exact * multiplier).bfloat16().float()
+    return Compression(grads, ranks_agree=True, bf16_compress_hook="refused")
 
 
 def drawn_texts(fig: Figure) -> list[Text]:

@@ -21,6 +21,7 @@ LESSONS = (
     "11_review",
     "13_collectives",
     "14_accumulation",
+    "16_mixed_precision",
 )
 
 

@@ -11,17 +11,21 @@ from .collectives import bytes_per_rank, collective
 from .costmodel import plot_speedup
 from .gather import gather_view
 from .gradients import gradient_sum, per_replica_mean_bias
+from .precision import autocast_threads, compression_error, loss_scale
 from .replicate import replicate_map
 from .scaling import measure_scaling, scaling
 from .timeline import timeline
 
 __all__ = [
     "accumulation_timeline",
+    "autocast_threads",
     "bytes_per_rank",
     "chunk_split",
     "collective",
+    "compression_error",
     "gather_view",
     "gradient_sum",
+    "loss_scale",
     "measure_scaling",
     "micro_batch_weights",
     "per_replica_mean_bias",

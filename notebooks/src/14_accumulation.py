@@ -181,7 +181,7 @@ print(f"max |g_no_sync - g_every_micro_step| {(no_sync.grads[0] - every.grads[0]
 # In all three, 4 rows per rank × 3 micro-steps × 2 ranks = 24 rows, and the gradient is one device's
 # gradient over the 24. The pictures, from the counts measured above (DataParallel's from its traces):
 
-# %%
+# %% tags=["reveals-answer"]
 viz.accumulation_timeline([
     ("DataParallel, 2 devices", "reduce-add", {"device 0": [s["reduce-add"] for s in dp_steps]}),
     ("DDP, 2 ranks", "all-reduce", {f"rank {r}": c for r, c in enumerate(every.allreduces)}),

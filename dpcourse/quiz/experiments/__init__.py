@@ -39,6 +39,7 @@ from . import (
     lesson11,
     lesson13,
     lesson14,
+    lesson16,
 )
 
 # In course order; a new lesson's module is imported above and added here.
@@ -57,6 +58,7 @@ LESSON_MODULES = (
     lesson11,
     lesson13,
     lesson14,
+    lesson16,
 )
 
 

@@ -1,0 +1,93 @@
+"""Lesson 16's exercises: a worker thread that keeps the caller's autocast, and GradScaler's rule for its scale."""
+
+import threading
+from collections.abc import Callable
+
+import torch
+
+from .. import examples
+from .check import Case, Exercise, first_difference
+from .registry import register
+
+
+def _autocast_case(description: str, dtype: torch.dtype | None, hint: str = "") -> Case:
+    model, (x, _) = examples.make_model(), examples.make_batch(6)
+    with torch.autocast("cpu", dtype=dtype or torch.float32, enabled=dtype is not None):
+        expected = model(x).detach()
+    return Case(description, (x,), hint, {"model": model, "dtype": dtype, "expected": expected})
+
+
+def _call_under_autocast(function: Callable, case: Case) -> tuple:
+    """Call the learner's function inside the case's autocast block; note the threads the model ran in."""
+    threads: list[threading.Thread] = []
+
+    def model(x: torch.Tensor) -> torch.Tensor:
+        threads.append(threading.current_thread())
+        return case.context["model"](x)
+
+    dtype = case.context["dtype"]
+    with torch.autocast("cpu", dtype=dtype or torch.float32, enabled=dtype is not None):
+        output = function(model, *case.args)
+    return output, threads
+
+
+def _autocast_judge(case: Case, answer: tuple) -> str | None:
+    output, threads = answer
+    if len(threads) != 1 or threads[0] is threading.current_thread():
+        in_caller = threads and threads[0] is threading.current_thread()
+        ran = "in the calling thread" if in_caller else f"{len(threads)} times"
+        return f"the model ran {ran}: call it once, in a new threading.Thread"
+    expected = case.context["expected"]
+    if not isinstance(output, torch.Tensor):
+        return f"expected the model's output tensor back, got {type(output).__name__}"
+    if output.dtype != expected.dtype:
+        return (f"the thread computed in {output.dtype}, the caller's autocast in {expected.dtype}: enter "
+                f"torch.autocast inside the thread with the caller's enabled flag *and* dtype")
+    return first_difference(expected, output.detach(), "output", atol=1e-2)
+
+
+register(Exercise(
+    name="in_thread_with_autocast",
+    task="Write in_thread_with_autocast(function, x): call function(x) in a new threading.Thread, under the "
+         "caller's CPU autocast state (whether it is on, and its dtype), wait for it, and return the result.",
+    cases=lambda: [
+        _autocast_case("no autocast", None, "read torch.is_autocast_enabled('cpu') in the caller, not in the thread"),
+        _autocast_case("torch.autocast('cpu'): bfloat16", torch.bfloat16,
+                       "a new thread starts with autocast off: enter it again inside the thread"),
+        _autocast_case("torch.autocast('cpu', dtype=torch.float16)", torch.float16,
+                       "torch.get_autocast_dtype('cpu') in the caller; a new thread's default dtype is bfloat16"),
+    ],
+    judge=_autocast_judge,
+    call=_call_under_autocast,
+))
+
+
+def _next_scale(scale: float, found_inf: bool, good_steps: int, growth_interval: int) -> tuple[float, int]:
+    """The oracle: the kernel ``GradScaler.update`` calls, ``torch._amp_update_scale_``, with torch's defaults."""
+    scale_t, tracker = torch.tensor([scale]), torch.tensor([good_steps], dtype=torch.int32)
+    torch._amp_update_scale_(scale_t, tracker, torch.tensor([float(found_inf)]), 2.0, 0.5, growth_interval)
+    return scale_t.item(), int(tracker.item())
+
+
+def _scale_judge(case: Case, answer) -> str | None:
+    if not isinstance(answer, (tuple, list)) or len(answer) != 2:
+        return "expected a pair (new_scale, new_good_steps)"
+    expected = _next_scale(*case.args)
+    return first_difference([float(expected[0]), expected[1]], [float(answer[0]), answer[1]], "(scale, good_steps)")
+
+
+register(Exercise(
+    name="next_scale",
+    task="Write next_scale(scale, found_inf, good_steps, growth_interval): what GradScaler.update() does with its "
+         "defaults (backoff_factor 0.5, growth_factor 2). good_steps counts the steps in a row without an inf or "
+         "NaN. Return (new_scale, new_good_steps).",
+    cases=lambda: [
+        Case("an overflow", (65536.0, True, 5, 2000), "an inf or NaN: halve the scale and start counting again"),
+        Case("a good step, the 3rd of 3", (1024.0, False, 2, 3),
+             "growth_interval good steps in a row: double the scale, and the count starts again from 0"),
+        Case("a good step, the 1st of 3", (1024.0, False, 0, 3), "not yet growth_interval: only count it"),
+        Case("an overflow right before growing", (1024.0, True, 2, 3)),
+        Case("the 2000th good step", (2.0**16, False, 1999, 2000)),
+    ],
+    judge=_scale_judge,
+))

@@ -74,6 +74,18 @@ CLUES: dict[str, tuple[str, ...]] = {
     "11-review-nine-rows-scalar": (),
     "11-review-buffer-counter": (),
     "11-review-five-rows-output": ("gather:         output [10, 4]",),
+    "13-reduce-others": ("(not defined: only dst receives the result)",),
+    "13-send-first": ("rank 1 received 0, from rank 0",),
+    "13-ring-bytes": ("4 ranks, ring                   7,200 (1.50 S)",),
+    "14-divide-by-steps": ("3.0000 x one device's",),
+    "14-dp-reduce-adds": ("micro-step 3: {'replicate': 1, 'reduce-add': 1}",),
+    "14-no-sync-allreduces": ("[0, 0, 1] on every rank",),
+    "14-forward-outside": ("[1, 1, 1] on every rank",),
+    "14-last-partial": ("micro-batch 3 (chunks [2]): 1/6",),
+    "16-plain-thread": ("('plain-thread', torch.float32)",),
+    "16-enabled-only": ("{'cpu': torch.bfloat16, 'cuda': torch.float16}",),
+    "16-overflow-skip": ("inf or NaN found True , weights changed False",),
+    "16-compression-error": ("max |error| / max |g|",),
 }
 
 

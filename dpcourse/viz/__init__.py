@@ -9,6 +9,7 @@ from .chunks import chunk_split
 from .costmodel import plot_speedup
 from .gather import gather_view
 from .gradients import gradient_sum, per_replica_mean_bias
+from .memory import memory_bars, memory_timeline
 from .replicate import replicate_map
 from .scaling import measure_scaling, scaling
 from .timeline import timeline
@@ -18,6 +19,8 @@ __all__ = [
     "gather_view",
     "gradient_sum",
     "measure_scaling",
+    "memory_bars",
+    "memory_timeline",
     "per_replica_mean_bias",
     "plot_speedup",
     "replicate_map",

@@ -32,14 +32,10 @@ CASES = {
     "gradient_sum-lesson06": lambda: viz.gradient_sum(reduction="sum", batch=8, n_devices=2),
     "per_replica_mean_bias-even": lambda: viz.per_replica_mean_bias(8, 2),
     "timeline-2-devices": lambda: viz.timeline(example_trace(2)),
-    "memory_bars-lesson15": lambda: viz.memory_bars([memory.measure(Setup()),
-                                                     memory.measure(Setup(kind="DataParallel", devices=4))]),
     "memory_bars-8-devices-GiB": lambda: viz.memory_bars([
         memory.predict(Setup(model=MLP(width=4096, classes=128000))),
         memory.predict(Setup(kind="DataParallel", devices=8, model=MLP(width=4096, classes=128000))),
         memory.predict(Setup(kind="DDP", devices=8, model=MLP(width=4096, classes=128000)))]),
-    "memory_timeline-lesson15": lambda: viz.memory_timeline(memory.timeline(Setup()),
-                                                            memory.predict(Setup()).totals[0]),
 }
 
 

@@ -29,7 +29,10 @@ def _title(breakdown: Breakdown) -> str:
     return f"{s.kind}, {s.devices} {units}\nbatch {s.batch} in all, {s.optimizer}"
 
 
-def memory_bars(breakdowns: Sequence[Breakdown], title: str = "") -> Figure:
+TITLE = "What each device holds over one training step"
+
+
+def memory_bars(breakdowns: Sequence[Breakdown], title: str = TITLE) -> Figure:
     """One panel per breakdown, one stacked bar per device (MiB, or GiB from 1 GiB), device 0's surplus hatched."""
     if not breakdowns:
         raise ValueError("memory_bars needs at least one Breakdown, e.g. dpcourse.memory.measure(Setup()).")
@@ -58,9 +61,9 @@ def memory_bars(breakdowns: Sequence[Breakdown], title: str = "") -> Figure:
         for i, label in enumerate(ax.get_xticklabels()):
             label.set_color(device_color(i) if breakdown.totals[i] else IDLE_COLOR)
         ax.set_xlabel(breakdown.unit)
+        ax.set_ylabel(unit)
         ax.set_xlim(-0.7, len(breakdown.devices) - 0.3)
         ax.set_title(_title(breakdown), fontsize="small")
-    axes[0].set_ylabel(f"{unit} held over one training step")
     axes[0].set_ylim(0, top * 1.12)
     handles = [Patch(color=CATEGORY_COLORS[name], label=name) for name in CATEGORIES
                if any(d[name] for b in breakdowns for d in b.devices)]
@@ -68,8 +71,7 @@ def memory_bars(breakdowns: Sequence[Breakdown], title: str = "") -> Figure:
         handles.append(Patch(facecolor="white", edgecolor="black", hatch=SURPLUS_HATCH,
                              label="hatched: on device 0 only (DataParallel's surplus)"))
     figure.legend(handles=handles, loc="outside lower center", ncols=3, fontsize=8)
-    if title:
-        figure.suptitle(title, fontsize="medium")
+    figure.suptitle(title, fontsize="medium")
     return figure
 
 
@@ -89,6 +91,6 @@ def memory_timeline(timeline: Timeline, kinds_added_up: int) -> Figure:
     ax.set(xlabel="allocations and frees, in order", ylabel="MiB allocated", xlim=(0, len(values) - 1),
            ylim=(0, max(max(values), kinds_added_up / MIB) * 1.15))
     s = timeline.setup
-    ax.set_title(f"One training step on one device: batch {s.batch}, {s.optimizer}", fontsize="medium")
+    figure.suptitle(f"One training step on one device: batch {s.batch}, {s.optimizer}", fontsize="medium")
     ax.legend(loc="lower right", fontsize="small", ncols=2)
     return figure

@@ -45,8 +45,16 @@ class CountingDataParallel(DataParallel):
 
     After a backward: ``copies[j]`` bytes of replica j's parameters (replica 0's are the model's own tensors),
     ``saved[j].bytes`` what replica j's forward saved, ``gradients[j]`` replica j's gradients when they reached
-    the sum, and ``copies_alive`` how many parameter copies of replicas 1.. still existed at that moment.
+    the sum, and ``copies_alive`` how many parameter copies of replicas 1.. still existed at that moment. On one
+    device DataParallel calls the module itself, and the lists stay empty.
     """
+
+    def __init__(self, module: nn.Module, devices: Sequence[torch.device]) -> None:
+        super().__init__(module, devices)
+        self.copies: list[int] = []
+        self.saved: list[SavedTensors] = []
+        self.gradients: list[int] = []
+        self.copies_alive: int | None = None
 
     def replicate(self, module: nn.Module, devices: list[torch.device]) -> list[nn.Module]:
         replicas = super().replicate(module, devices)

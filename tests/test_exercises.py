@@ -461,7 +461,26 @@ WRONG: dict[str, dict[str, Callable]] = {
         "both counters lost": lambda k, n: (k, k) if n == 1 else (0, 0),
         "a buffer counted once per replica": lambda k, n: (k if n == 1 else 0, k * n),
     },
+    "optimizer_state_bytes": {
+        "Adam keeps one buffer, like momentum": lambda params, opt: (opt != "SGD") * _bytes(params),
+        "Adam's step counters forgotten": lambda params, opt: {"SGD": 0, "SGD with momentum": 1, "Adam": 2}[opt]
+        * _bytes(params),
+        "momentum counted for plain SGD too": lambda params, opt: (2 if opt == "Adam" else 1) * _bytes(params)
+        + 4 * len(params) * (opt == "Adam"),
+        "4 bytes per value whatever the dtype": lambda params, opt: {"SGD": 0, "SGD with momentum": 1, "Adam": 2}[opt]
+        * 4 * sum(p.numel() for p in params) + 4 * len(params) * (opt == "Adam"),
+    },
+    "device0_surplus": {
+        "everything one device holds": lambda one: sum(one.values()),
+        "the outputs and loss forgotten": lambda one: one["gradients"] + one["optimizer state"],
+        "the optimizer state only": lambda one: one["optimizer state"],
+        "the outputs and loss only": lambda one: one["outputs and loss"],
+    },
 }
+
+
+def _bytes(parameters) -> int:
+    return sum(p.numel() * p.element_size() for p in parameters)
 
 
 def test_every_exercise_has_planted_wrong_answers() -> None:

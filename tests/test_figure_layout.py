@@ -14,10 +14,11 @@ from matplotlib.figure import Figure
 from matplotlib.text import Text
 
 import dpcourse
-from dpcourse import accumulation, examples, precision, viz
+from dpcourse import accumulation, examples, memory, precision, viz
 from dpcourse.costmodel import PRESETS, Workload
 from dpcourse.ddp import collectives, compare
 from dpcourse.ddp.compression import Compression
+from dpcourse.memory import MLP, Setup
 from dpcourse.quiz import EXPERIMENTS, run_experiment
 from dpcourse.viz.gallery import FIGURES as GALLERY
 from dpcourse.viz.gallery import example_trace
@@ -56,6 +57,10 @@ CASES = {
     "collective-reduce-lesson13": lambda: viz.collective(on_ranks(3)["reduce"]),
     "bytes_per_rank-lesson13": lambda: viz.bytes_per_rank(
         compare.compare(numels=(1_200,), repeats=1), 4_800, {2: 1.0, 3: 2.0, 4: 3.0}),
+    "memory_bars-8-devices-GiB": lambda: viz.memory_bars([
+        memory.predict(Setup(model=MLP(width=4096, classes=128000))),
+        memory.predict(Setup(kind="DataParallel", devices=8, model=MLP(width=4096, classes=128000))),
+        memory.predict(Setup(kind="DDP", devices=8, model=MLP(width=4096, classes=128000)))]),
 }
 
 

@@ -31,6 +31,10 @@ EXPECTED = {
         lambda _: widgets.CostModelCalculator(),
         "CostModelCalculator(preset='8 GPUs, PCIe', batch=256, params=25600000, bandwidth=12)",
     ),
+    "MemoryCalculator": (
+        lambda _: widgets.MemoryCalculator(),
+        "MemoryCalculator(width='512', depth=4, classes='1000', batch='256', optimizer='Adam', devices=4)",
+    ),
 }
 
 

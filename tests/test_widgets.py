@@ -289,7 +289,8 @@ def test_measure_all_times_every_control_of_every_explorer(monkeypatch):
     for module in (_base, timeline_module):  # skip the PNG encoding: this checks the bookkeeping, not the speed
         monkeypatch.setattr(module, "png_bytes", lambda fig: PNG)
     results = measure_all(repeats=1, clicks=1)
-    assert set(results) == {"StepThrough", "ChunkExplorer", "GradientSum", "Timeline", "CostModelCalculator"}
+    assert set(results) == {"StepThrough", "ChunkExplorer", "GradientSum", "Timeline", "CostModelCalculator",
+                            "MemoryCalculator"}
     for name, per_control in results.items():
         assert set(per_control) == set(EXPLORERS[name]().controls)
         for stats in per_control.values():

@@ -21,6 +21,7 @@ LESSONS = (
     "11_review",
     "13_collectives",
     "14_accumulation",
+    "15_memory",
     "16_mixed_precision",
 )
 

@@ -11,6 +11,7 @@ from .collectives import bytes_per_rank, collective
 from .costmodel import plot_speedup
 from .gather import gather_view
 from .gradients import gradient_sum, per_replica_mean_bias
+from .memory import memory_bars, memory_timeline
 from .precision import autocast_threads, compression_error, loss_scale
 from .replicate import replicate_map
 from .scaling import measure_scaling, scaling
@@ -27,6 +28,8 @@ __all__ = [
     "gradient_sum",
     "loss_scale",
     "measure_scaling",
+    "memory_bars",
+    "memory_timeline",
     "micro_batch_weights",
     "per_replica_mean_bias",
     "plot_speedup",

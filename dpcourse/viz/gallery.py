@@ -13,12 +13,13 @@ from matplotlib.figure import Figure
 from torch import nn
 
 import dpcourse
-from dpcourse import examples
+from dpcourse import examples, memory
 from dpcourse.trace import Trace
 
 from .chunks import chunk_split
 from .gather import gather_view
 from .gradients import gradient_sum, per_replica_mean_bias
+from .memory import memory_bars, memory_timeline
 from .png import png_bytes
 from .replicate import replicate_map
 from .scaling import measure_scaling, scaling
@@ -61,6 +62,10 @@ FIGURES: dict[str, Callable[[], Figure]] = {
     "per_replica_mean_bias": per_replica_mean_bias,
     "timeline": lambda: timeline(example_trace()),
     "scaling": example_scaling,
+    "memory_bars": lambda: memory_bars([memory.measure(memory.Setup()),
+                                        memory.measure(memory.Setup(kind="DataParallel", devices=4))]),
+    "memory_timeline": lambda: memory_timeline(memory.timeline(memory.Setup()),
+                                               memory.predict(memory.Setup()).totals[0]),
 }
 
 

@@ -4,7 +4,8 @@
 * ``ChunkExplorer``: how scatter cuts a batch (batch, devices, dim), and which devices sit idle;
 * ``GradientSum``: which loss reduction keeps the gradient equal to one device's (reduction, batch, devices);
 * ``Timeline``: trace a few training steps of a small, large or many-layered model and see where time goes;
-* ``CostModelCalculator``: machine, batch, model size, link bandwidth -> DP's and DDP's predicted speed-ups.
+* ``CostModelCalculator``: machine, batch, model size, link bandwidth -> DP's and DDP's predicted speed-ups;
+* ``MemoryCalculator``: model shape, batch, optimizer, devices -> bytes per device for one device, DP and DDP.
 
 One pattern for all of them: an explorer *is* an ``ipywidgets.VBox`` (see ``_base.Explorer``), so a notebook cell
 that ends with ``StepThrough()`` shows it. Its controls are public attributes (``next_button``,
@@ -19,7 +20,8 @@ is printed. ``latency.measure_all()`` times every control of every explorer.
 from .chunks import ChunkExplorer
 from .costmodel import CostModelCalculator
 from .gradients import GradientSum
+from .memory import MemoryCalculator
 from .step_through import StepThrough
 from .timeline import Timeline
 
-__all__ = ["ChunkExplorer", "CostModelCalculator", "GradientSum", "StepThrough", "Timeline"]
+__all__ = ["ChunkExplorer", "CostModelCalculator", "GradientSum", "MemoryCalculator", "StepThrough", "Timeline"]

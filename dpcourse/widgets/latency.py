@@ -18,6 +18,7 @@ from ._base import Explorer
 from .chunks import ChunkExplorer
 from .costmodel import CostModelCalculator
 from .gradients import GradientSum
+from .memory import MemoryCalculator
 from .step_through import StepThrough
 from .timeline import Timeline
 
@@ -27,6 +28,7 @@ EXPLORERS: dict[str, Callable[[], Explorer]] = {
     "GradientSum": GradientSum,
     "Timeline": Timeline,
     "CostModelCalculator": CostModelCalculator,
+    "MemoryCalculator": MemoryCalculator,
 }
 
 

@@ -39,6 +39,7 @@ from . import (
     lesson11,
     lesson13,
     lesson14,
+    lesson15,
     lesson16,
 )
 
@@ -58,6 +59,7 @@ LESSON_MODULES = (
     lesson11,
     lesson13,
     lesson14,
+    lesson15,
     lesson16,
 )
 

@@ -7,6 +7,7 @@ canvas's renderer), for the figures the lessons, the explorers and the quizzes d
 import itertools
 
 import pytest
+import torch
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.text import Text
@@ -14,6 +15,7 @@ from matplotlib.text import Text
 import dpcourse
 from dpcourse import examples, viz
 from dpcourse.costmodel import PRESETS, Workload
+from dpcourse.ddp.sampling import SETUPS, rank_orders
 from dpcourse.quiz import EXPERIMENTS, run_experiment
 from dpcourse.viz.gallery import FIGURES as GALLERY
 from dpcourse.viz.gallery import example_trace
@@ -31,6 +33,17 @@ CASES = {
     "gradient_sum-lesson06": lambda: viz.gradient_sum(reduction="sum", batch=8, n_devices=2),
     "per_replica_mean_bias-even": lambda: viz.per_replica_mean_bias(8, 2),
     "timeline-2-devices": lambda: viz.timeline(example_trace(2)),
+    "sampler_coverage-lesson17": lambda: viz.sampler_coverage(12, {
+        setup: [rank_orders(setup, 12, 2, rank=r, world=2) for r in range(2)] for setup in SETUPS}),
+    "uneven_steps-lesson17": lambda: viz.uneven_steps(
+        [3, 2], {"no join": [2, 2], "join": [3, 2], "join, divide by ranks left": [3, 2]},
+        {"no join": [True, False], "join": [False, False], "join, divide by ranks left": [False, False]},
+        {"join": "rank 0's step 3 used 0.50 x its own gradient"}),
+    "batchnorm_stats-lesson17": lambda: viz.batchnorm_stats(
+        {"running_mean": torch.tensor([-0.04, -0.06, -0.01, -0.04]), "running_var": torch.ones(4)},
+        [{"running_mean": torch.tensor([-0.06, -0.05, -0.05, -0.07]), "running_var": torch.full((4,), 0.92)},
+         {"running_mean": torch.tensor([-0.02, -0.08, 0.03, -0.02]), "running_var": torch.full((4,), 1.06)}],
+        {"running_mean": torch.tensor([-0.04, -0.06, -0.01, -0.04]), "running_var": torch.ones(4)}),
 }
 
 

@@ -7,6 +7,7 @@ Every function returns a ``matplotlib.figure.Figure`` made without pyplot, so no
 
 from .chunks import chunk_split
 from .costmodel import plot_speedup
+from .ddp_practice import batchnorm_stats, sampler_coverage, uneven_steps
 from .gather import gather_view
 from .gradients import gradient_sum, per_replica_mean_bias
 from .replicate import replicate_map
@@ -14,6 +15,7 @@ from .scaling import measure_scaling, scaling
 from .timeline import timeline
 
 __all__ = [
+    "batchnorm_stats",
     "chunk_split",
     "gather_view",
     "gradient_sum",
@@ -21,6 +23,8 @@ __all__ = [
     "per_replica_mean_bias",
     "plot_speedup",
     "replicate_map",
+    "sampler_coverage",
     "scaling",
     "timeline",
+    "uneven_steps",
 ]

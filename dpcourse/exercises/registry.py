@@ -12,6 +12,7 @@ LESSON_MODULES = [
     "dpcourse.exercises.lesson04", "dpcourse.exercises.lesson05", "dpcourse.exercises.lesson06",
     "dpcourse.exercises.lesson07", "dpcourse.exercises.lesson08", "dpcourse.exercises.lesson09",
     "dpcourse.exercises.lesson10", "dpcourse.exercises.lesson11", "dpcourse.exercises.capstone",
+    "dpcourse.exercises.lesson17",
 ]
 
 

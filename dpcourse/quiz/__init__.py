@@ -10,7 +10,13 @@ to a progress file only when the learner submits one (``dpcourse.quiz.progress``
 ``ProgressSummary()`` shows the counts per lesson and ``export_csv(path)`` writes them for an instructor.
 """
 
-from . import experiments, experiments_outputs, experiments_review, experiments_training  # noqa: F401 (registers them)
+from . import (  # noqa: F401 (registers them)
+    experiments,
+    experiments_lesson17,  # noqa: F401 (registers them)
+    experiments_outputs,
+    experiments_review,
+    experiments_training,
+)
 from .bank import LESSONS, all_questions, find_question, load_lesson
 from .outcome import EXPERIMENTS, Outcome, run_experiment
 from .progress import Progress

@@ -19,6 +19,7 @@ LESSONS = (
     "09_performance",
     "10_ddp_bridge",
     "11_review",
+    "17_ddp_in_practice",
 )
 
 

@@ -153,8 +153,8 @@ print(checkpoints)
 #   `map_location` every rank would load onto `cuda:0`: the DDP tutorial warns of "all processes on the
 #   same machine using the same set of devices". `map_location=device`, or
 #   `map_location={"cuda:0": f"cuda:{local_rank}"}`, loads onto the rank's own GPU.
-# - **Saving on every rank** would write the same bytes once per rank (the last line) and, without a
-#   barrier, still let a fast rank read a file another rank is writing.
+# - **Saving on every rank** would write the same bytes once per rank (the last line): the "write
+#   overhead" the tutorial's one-rank save avoids.
 
 # %% [markdown]
 # ## Uneven inputs and join()

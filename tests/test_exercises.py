@@ -335,6 +335,30 @@ def _scale_without_reset(scale, found_inf, good_steps, growth_interval):
     return (scale * 2.0, 0) if good_steps + 1 == growth_interval else (scale, good_steps + 1)
 
 
+def _shuffled(samples, rank, world, generator_seed, pad=True):
+    """DistributedSampler's recipe, with the shuffle's seed and the padding given: each mistake changes one."""
+    order = torch.randperm(samples, generator=torch.Generator().manual_seed(generator_seed)).tolist()
+    total = -(-samples // world) * world
+    order = (order * world)[:total] if pad else order
+    return order[rank:total:world]
+
+
+def _mean_of_means(means, variances, counts):
+    return means.mean(0), variances.mean(0)
+
+
+def _variances_averaged(means, variances, counts):
+    weights = counts[:, None] / counts.sum()
+    return (weights * means).sum(0), (weights * variances).sum(0)
+
+
+def _unbiased(means, variances, counts):
+    weights = counts[:, None] / counts.sum()
+    mean = (weights * means).sum(0)
+    total = counts.sum()
+    return mean, (weights * (variances + (means - mean) ** 2)).sum(0) * total / (total - 1)
+
+
 WRONG: dict[str, dict[str, Callable]] = {
     "full_batch_gradients": {"summed loss": _sum_loss_gradients, "half the batch": _first_half_gradients},
     "chunk_loss_weights": {
@@ -415,6 +439,20 @@ WRONG: dict[str, dict[str, Callable]] = {
     "distributed_indices": {
         "no padding": lambda batch, rank, world: list(range(rank, batch, world)),
         "contiguous blocks": lambda batch, rank, world: torch.arange(batch).tensor_split(world)[rank].tolist(),
+    },
+    "epoch_indices": {
+        "set_epoch forgotten": lambda samples, rank, world, epoch, seed: _shuffled(samples, rank, world, seed),
+        "a seed per rank": lambda samples, rank, world, epoch, seed: _shuffled(
+            samples, rank, world, seed + epoch + rank),
+        "no padding": lambda samples, rank, world, epoch, seed: _shuffled(
+            samples, rank, world, seed + epoch, pad=False),
+        "contiguous blocks": lambda samples, rank, world, epoch, seed: torch.randperm(
+            samples, generator=torch.Generator().manual_seed(seed + epoch)).tensor_split(world)[rank].tolist(),
+    },
+    "global_batch_stats": {
+        "mean of means, mean of variances": _mean_of_means,
+        "variances averaged, spread of the means left out": _variances_averaged,
+        "unbiased variance": _unbiased,
     },
     "scalar_output_shape": {
         "one element per device": lambda batch, n: () if n == 1 else (n,),

@@ -18,6 +18,7 @@ from dpcourse import accumulation, examples, memory, precision, viz
 from dpcourse.costmodel import PRESETS, Workload
 from dpcourse.ddp import collectives, compare
 from dpcourse.ddp.compression import Compression
+from dpcourse.ddp.sampling import SETUPS, rank_orders
 from dpcourse.memory import MLP, Setup
 from dpcourse.quiz import EXPERIMENTS, run_experiment
 from dpcourse.viz.gallery import FIGURES as GALLERY
@@ -61,6 +62,17 @@ CASES = {
         memory.predict(Setup(model=MLP(width=4096, classes=128000))),
         memory.predict(Setup(kind="DataParallel", devices=8, model=MLP(width=4096, classes=128000))),
         memory.predict(Setup(kind="DDP", devices=8, model=MLP(width=4096, classes=128000)))]),
+    "sampler_coverage-lesson17": lambda: viz.sampler_coverage(12, {
+        setup: [rank_orders(setup, 12, 2, rank=r, world=2) for r in range(2)] for setup in SETUPS}),
+    "uneven_steps-lesson17": lambda: viz.uneven_steps(
+        [3, 2], {"no join": [2, 2], "join": [3, 2], "join, divide by ranks left": [3, 2]},
+        {"no join": [True, False], "join": [False, False], "join, divide by ranks left": [False, False]},
+        {"join": "rank 0's step 3 used 0.50 x its own gradient"}),
+    "batchnorm_stats-lesson17": lambda: viz.batchnorm_stats(
+        {"running_mean": torch.tensor([-0.04, -0.06, -0.01, -0.04]), "running_var": torch.ones(4)},
+        [{"running_mean": torch.tensor([-0.06, -0.05, -0.05, -0.07]), "running_var": torch.full((4,), 0.92)},
+         {"running_mean": torch.tensor([-0.02, -0.08, 0.03, -0.02]), "running_var": torch.full((4,), 1.06)}],
+        {"running_mean": torch.tensor([-0.04, -0.06, -0.01, -0.04]), "running_var": torch.ones(4)}),
 }
 
 

@@ -85,7 +85,15 @@ CLUES: dict[str, tuple[str, ...]] = {
     "16-plain-thread": ("('plain-thread', torch.float32)",),
     "16-enabled-only": ("{'cpu': torch.bfloat16, 'cuda': torch.float16}",),
     "16-overflow-skip": ("inf or NaN found True , weights changed False",),
+    "15-adam-state": ("x the parameters",),
+    "15-dp-most-memory": ("device 0 holds beyond device 1:",),
+    "15-ddp-rank-memory": ("measured: DDP on 2, batch 256, Adam",),
     "16-compression-error": ("max |error| / max |g|",),
+    "17-no-sampler": ("no sampler       per epoch: [24, 24] samples trained",),
+    "17-set-epoch": ("every epoch repeats epoch 0: True",),
+    "17-uneven-no-join": ("Timed out waiting",),
+    "17-unused-parameter": ("Expected to have finished reduction in the prior iteration",),
+    "17-global-variance": ("'variance': 2.0",),
 }
 
 

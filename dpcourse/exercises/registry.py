@@ -13,7 +13,7 @@ LESSON_MODULES = [
     "dpcourse.exercises.lesson07", "dpcourse.exercises.lesson08", "dpcourse.exercises.lesson09",
     "dpcourse.exercises.lesson10", "dpcourse.exercises.lesson11", "dpcourse.exercises.capstone",
     "dpcourse.exercises.lesson13", "dpcourse.exercises.lesson14", "dpcourse.exercises.lesson15",
-    "dpcourse.exercises.lesson16",
+    "dpcourse.exercises.lesson16", "dpcourse.exercises.lesson17",
 ]
 
 

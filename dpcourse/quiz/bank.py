@@ -23,6 +23,7 @@ LESSONS = (
     "14_accumulation",
     "15_memory",
     "16_mixed_precision",
+    "17_ddp_in_practice",
 )
 
 

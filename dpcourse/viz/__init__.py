@@ -9,6 +9,7 @@ from .accumulation import accumulation_timeline, micro_batch_weights
 from .chunks import chunk_split
 from .collectives import bytes_per_rank, collective
 from .costmodel import plot_speedup
+from .ddp_practice import batchnorm_stats, sampler_coverage, uneven_steps
 from .gather import gather_view
 from .gradients import gradient_sum, per_replica_mean_bias
 from .memory import memory_bars, memory_timeline
@@ -20,6 +21,7 @@ from .timeline import timeline
 __all__ = [
     "accumulation_timeline",
     "autocast_threads",
+    "batchnorm_stats",
     "bytes_per_rank",
     "chunk_split",
     "collective",
@@ -34,6 +36,8 @@ __all__ = [
     "per_replica_mean_bias",
     "plot_speedup",
     "replicate_map",
+    "sampler_coverage",
     "scaling",
     "timeline",
+    "uneven_steps",
 ]

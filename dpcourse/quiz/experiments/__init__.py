@@ -41,6 +41,7 @@ from . import (
     lesson14,
     lesson15,
     lesson16,
+    lesson17,
 )
 
 # In course order; a new lesson's module is imported above and added here.
@@ -61,6 +62,7 @@ LESSON_MODULES = (
     lesson14,
     lesson15,
     lesson16,
+    lesson17,
 )
 
 

@@ -1,0 +1,429 @@
+# %% [markdown]
+# # 17 · DDP in practice: data, checkpoints, uneven inputs, unused parameters, BatchNorm, and a script converted
+#
+# **After this lesson you will be able to explain**
+# - why every DDP rank needs a `DistributedSampler`, with the same seed everywhere, and `set_epoch` every epoch;
+# - how to save a checkpoint on rank 0 and load it on every rank, and what the barrier and `map_location` are for;
+# - why one rank with an extra batch makes DDP hang, and how `join()` lets it finish;
+# - what DDP's "Expected to have finished reduction in the prior iteration" error means, and what
+#   `find_unused_parameters=True` costs;
+# - how per-replica BatchNorm and SyncBatchNorm differ, in numbers;
+# - how a DataParallel script becomes a DDP script, line by line, and how `torchrun` runs it.
+#
+# Lesson 10 showed what DistributedDataParallel (DDP) does inside: one process per rank, averaged gradients,
+# weights copied once, bucketed [all-reduce](00_start_here.ipynb#Glossary). This lesson is about the script
+# around it. Every experiment runs on real ranks: 2 processes on the CPU, talking through gloo, started from
+# this notebook by `ddp.launch` (`dpcourse/ddp/launcher.py`), which stops every rank on any error or
+# timeout. As in lesson 10, the first launch waits for a helper process to import torch.
+
+# %%
+import difflib
+import inspect
+import multiprocessing
+import tempfile
+from pathlib import Path
+
+import torch
+from torch.utils.data import DistributedSampler, RandomSampler
+
+from dpcourse import exercises, quiz, viz
+from dpcourse.ddp import batchnorm, checkpoint, sampling, syncbn, torchrun, uneven, unused
+from dpcourse.scripts import common, train_ddp, train_dp
+
+# %% [markdown]
+# ## Every rank needs its own share of the data
+# DDP wraps the model; it does not touch the data. Every rank runs the same script, so every rank builds the
+# same `DataLoader`. Take a single-device script's loader, `DataLoader(dataset, batch_size=3, shuffle=True)`,
+# unchanged into a DDP script, seeded the same on every rank as reproducible scripts are:
+
+# %%
+quiz.ask("17-no-sampler")
+
+# %% [markdown]
+# What splits the data is `torch.utils.data.DistributedSampler`: it shuffles the indices with a seed that
+# every rank shares, and gives rank r every second index from position r (with 2 ranks). It shuffles with a
+# new generator seeded with `seed + epoch` each time it is iterated (`torch/utils/data/distributed.py`,
+# `DistributedSampler.__iter__`). And `epoch` changes only when the loop says so:
+
+# %%
+quiz.ask("17-set-epoch")
+
+# %% [markdown]
+# `sampling.coverage` runs four loaders on 2 real ranks, over 12 samples for 2 epochs, and records which
+# samples each rank trains on, in order (`dpcourse/ddp/sampling.py`):
+#
+# - **no sampler**: `DataLoader(shuffle=True)`, seeded the same on both ranks;
+# - **a seed per rank**: `DistributedSampler(dataset, seed=rank)`, as if each rank needed a seed of its own;
+# - **no set_epoch**: `DistributedSampler(dataset)`, and the loop never calls `set_epoch`;
+# - **set_epoch**: `DistributedSampler(dataset)` and `sampler.set_epoch(epoch)` at the start of every epoch.
+
+# %% tags=["reveals-answer"]
+coverage = sampling.coverage(samples=12, epochs=2)
+print(coverage)
+
+# %% tags=["reveals-answer"]
+viz.sampler_coverage(coverage.samples, coverage.orders)
+
+# %% [markdown]
+# Read the four panels from the top:
+#
+# - **No sampler**: each rank trains on all 12 samples, in the same order, so every sample counts twice
+#   (dark grey). Each step all-reduces two gradients of the same 3 samples: two ranks do the work of one,
+#   and an epoch takes as many steps as on one device.
+# - **A seed per rank**: the ranks cut *different* permutations, so their halves overlap. The table counts
+#   the samples trained on twice and those never trained on in each epoch. The `DistributedSampler`
+#   docstring says the seed "should be identical across all processes in the distributed group".
+# - **No set_epoch**: the split is right (no repeats, none missing), but every epoch repeats epoch 0's
+#   order: the numbers in the boxes, each sample's position in its rank's epoch, are the same in both rows.
+# - **set_epoch**: a fresh split of a fresh shuffle every epoch, each sample once.
+#
+# The recipe, then. The sampler reads the rank and the number of ranks from the process group (as it did
+# on the ranks above) and does the shuffling, so the loader gets no `shuffle=True` (`DataLoader` refuses
+# both: "sampler option is mutually exclusive with shuffle", `torch/utils/data/dataloader.py`:
+# `DataLoader.__init__`):
+#
+# ```python
+# sampler = DistributedSampler(dataset)                 # same default seed, 0, on every rank
+# loader = DataLoader(dataset, batch_size=batch_per_rank, sampler=sampler)
+# for epoch in range(epochs):
+#     sampler.set_epoch(epoch)
+#     for x, y in loader:
+#         ...
+# ```
+#
+# When the data set does not divide evenly, the sampler repeats a few samples so that every rank gets as
+# many (lesson 10, exercise 2), or drops the tail with `drop_last=True`.
+
+# %% [markdown]
+# ### Exercise: a rank's samples in a given epoch
+# Write `epoch_indices(samples, rank, world, epoch, seed)`: the indices `DistributedSampler(shuffle=True,
+# seed=seed)` gives rank `rank` of `world` ranks after `set_epoch(epoch)`, in order, for a data set of
+# `samples` samples. Shuffle with `torch.randperm`, then pad and split as in lesson 10's exercise.
+
+# %% tags=["solution"]
+def epoch_indices(samples, rank, world, epoch, seed):
+    """The samples rank `rank` trains on in `epoch`: one shared shuffle, padded, every `world`-th from `rank`."""
+    ### BEGIN SOLUTION
+    generator = torch.Generator().manual_seed(seed + epoch)
+    order = torch.randperm(samples, generator=generator).tolist()
+    total = -(-samples // world) * world  # the next multiple of world
+    order = (order * (total // samples + 1))[:total]  # pad with the permutation's own first indices
+    return order[rank:total:world]
+    ### END SOLUTION
+
+
+# %%
+exercises.check("epoch_indices", epoch_indices)
+
+# %% [markdown]
+# ## Checkpoints: rank 0 writes, then every rank reads
+# The ranks' weights are equal (lesson 10), so one copy is enough. Save the wrapped model's `module`, whose
+# keys have no `module.` prefix (lesson 07). The PyTorch DDP tutorial's recipe ("Save and Load
+# Checkpoints") saves on one rank to reduce "write overhead", and adds two precautions:
+#
+# ```python
+# if rank == 0:
+#     torch.save({"step": step, "model": ddp_model.module.state_dict()}, path)
+# dist.barrier()                                  # nobody reads before rank 0 has finished writing
+# state = torch.load(path, map_location=device)    # onto this rank's device
+# ddp_model.module.load_state_dict(state["model"])
+# ```
+#
+# `checkpoint.checkpoints` trains 2 DDP steps and then saves and loads twice. First **without the
+# barrier**, in the unlucky order: rank 1 reads while rank 0 has not written yet, so the file still holds
+# the previous checkpoint, from step 0. A message forces that order every time; on a real, slow, shared
+# file system it happens by chance. Then **with the barrier**. Each rank loads what it read into its wrapped
+# model and trains one more step (`dpcourse/ddp/checkpoint.py`):
+
+# %%
+checkpoints = checkpoint.checkpoints(steps=2)
+print(checkpoints)
+
+# %% [markdown]
+# - **Without the barrier**, rank 1 resumed from step 0 and rank 0 from step 2: their weights now differ.
+#   One more DDP step later they still differ by about as much, and nothing raised. DDP averages the
+#   gradients, but it compares and copies weights only in its constructor (lesson 10, *Replicated once*),
+#   so from here on the ranks train different models. (Loading *before* wrapping would have let the
+#   constructor copy rank 0's weights over rank 1's stale ones, but not its stale step counter.)
+# - **With the barrier**, every rank read the step-2 checkpoint: the same weights as the trained model,
+#   on both ranks.
+# - **`map_location`**: the file records the device each tensor was saved from, and `torch.load` puts it
+#   back there unless `map_location` says otherwise (`torch/serialization.py`: `default_restore_location`).
+#   Here every rank is the CPU, so nothing moves. On GPUs, rank 0 saves from `cuda:0`, and without
+#   `map_location` every rank would load onto `cuda:0`: the DDP tutorial warns of "all processes on the
+#   same machine using the same set of devices". `map_location=device`, or
+#   `map_location={"cuda:0": f"cuda:{local_rank}"}`, loads onto the rank's own GPU.
+# - **Saving on every rank** would write the same bytes once per rank (the last line): the "write
+#   overhead" the tutorial's one-rank save avoids.
+
+# %% [markdown]
+# ## Uneven inputs and join()
+# `DistributedSampler` gives every rank as many samples. Other ways of batching do not: batches built by a
+# token budget, data split by file, or a stream per rank give ranks different numbers of batches. Rank 0 has
+# 3 batches, rank 1 has 2:
+
+# %%
+quiz.ask("17-uneven-no-join")
+
+# %% [markdown]
+# `uneven.uneven` trains that way three times: without `join()`, with `ddp_model.join()`, and with
+# `ddp_model.join(divide_by_initial_world_size=False)`. So that a hang ends quickly, each way runs on a
+# process group of its own, created with the short timeout passed below (the default, printed last, is
+# much longer); `launch` would stop both ranks at its own deadline anyway (`dpcourse/ddp/uneven.py`):
+
+# %% tags=["reveals-answer"]
+steps = uneven.uneven(batches=(3, 2), timeout=1.0)
+print(steps)
+print("rank processes still running:", multiprocessing.active_children())
+print("a process group's default timeout under gloo:", torch.distributed.constants.default_pg_timeout)
+
+# %% tags=["reveals-answer"]
+notes = {mode: f"rank 0's step 3 used {steps.last_step_scale(mode):.2f} x its own gradient"
+         for mode in uneven.MODES[1:]}
+viz.uneven_steps(steps.batches, {m: steps.steps(m) for m in uneven.MODES},
+                 {m: [e is not None for e in steps.errors(m)] for m in uneven.MODES}, notes)
+
+# %% [markdown]
+# - **No join**: rank 1 finished its 2 batches and left the loop. Rank 0's third backward started an
+#   all-reduce that no partner joined; it waited until the process group's timeout and then failed with
+#   gloo's error (printed above). Nothing checks the batch counts in advance; the Join tutorial puts it
+#   generally: with fewer inputs on one rank, "the other ranks will hang or error (depending on the
+#   backend)".
+# - **`with ddp_model.join():`** around the loop: a rank that has run out of batches keeps answering the
+#   others' all-reduces, contributing zeros, until every rank has run out ("shadowing" them;
+#   `torch/nn/parallel/distributed.py`: `DistributedDataParallel.join`). Both ranks finish.
+# - **The zeros still count.** By default the sum is divided by all the ranks, so rank 0's extra step
+#   applied half its own gradient (the printed 0.5). `divide_by_initial_world_size=False` divides by the
+#   ranks that still have data, and the step applies the rank's whole gradient. With equal batches, the
+#   default gives every sample the same weight in every step, one over (ranks x batch size), as in the
+#   steps before; the other choice gives the last steps' samples more.
+#
+# `join()` is the DDP form of the generic `torch.distributed.algorithms.Join([ddp_model, ...])` context
+# manager, which also takes a `ZeroRedundancyOptimizer` (`torch/distributed/algorithms/join.py`; the
+# tutorial "Distributed Training with Uneven Inputs Using the Join Context Manager").
+
+# %% [markdown]
+# ## A parameter without a gradient: find_unused_parameters
+# DDP's reducer finishes a bucket's all-reduce when every parameter in it has its gradient (lesson 10,
+# *Bucketed all-reduce*). What if `forward` does not use a parameter at all? `unused.TwoHeads` has a second
+# head, `spare`, that its forward never calls, as a multi-task model that skips a task would:
+
+# %%
+quiz.ask("17-unused-parameter")
+
+# %% [markdown]
+# `unused.unused` trains `TwoHeads` for 3 steps on 2 ranks, with the default options, with
+# `find_unused_parameters=True` and with `static_graph=True` (`dpcourse/ddp/unused.py`):
+
+# %% tags=["reveals-answer"]
+found = unused.unused()
+print(found)
+print("\ntorch's message on rank 0:\n" + found.error)
+print("\nparameter indices:", list(enumerate(name for name, _ in unused.TwoHeads().named_parameters())))
+
+# %% [markdown]
+# The first step ran; the second forward raised. The first backward returned with the reduction unfinished
+# (nothing waits for `spare`'s gradient there), and the next forward checks that it finished
+# (`torch/csrc/distributed/c10d/reducer.cpp`: `Reducer::ensure_prior_reduction_finished`). The message
+# names parameters 4 and 5, `spare.weight` and `spare.bias`.
+#
+# - `find_unused_parameters=True`: after every forward DDP walks the autograd graph from the outputs and
+#   marks every parameter it does not reach as ready to be reduced (the DDP docstring,
+#   `torch/nn/parallel/distributed.py`). Training runs; `spare`'s `.grad` stays `None` on every rank, and
+#   the used parameters' gradients are equal on every rank, averaged as usual.
+# - `static_graph=True` promises that the set of used parameters, and the graph, never change; then DDP
+#   "will not search graph in each iteration to detect unused parameters" (the same docstring). It trains
+#   too.
+#
+# The walk is the cost. When it finds nothing, torch says so, on the rank's standard error (captured here
+# from rank 0 for a model whose parameters are all used):
+
+# %%
+print(found.warning)
+
+# %% [markdown]
+# Measured on rank 0 for a 10-layer MLP, per training step (CPU, gloo; the number depends on the machine
+# and the model, and is larger for models with many small layers):
+
+# %% tags=["nbval-ignore-output"]
+print(f"time per step with find_unused_parameters=True / without: {found.overhead():.2f}")
+
+# %% [markdown]
+# ## SyncBatchNorm against per-replica BatchNorm
+# Under DDP, as under DataParallel, a `BatchNorm` layer normalises each rank's shard with that shard's mean
+# and variance. When the shards differ (data sorted by class or by source), so do the statistics.
+# `nn.SyncBatchNorm` normalises with the *global* batch's statistics: every rank computes its shard's mean,
+# inverse standard deviation and count, an all-gather brings every rank's to every rank, and each rank
+# combines them, weighting each rank by its count (`torch/nn/modules/_functions.py`:
+# `SyncBatchNorm.forward`). How do two shards' variances combine?
+
+# %%
+quiz.ask("17-global-variance")
+
+# %% [markdown]
+# `batchnorm.global_variance` runs that question on 2 ranks: one channel, `[-1, 1]` on rank 0 and `[1, 3]`
+# on rank 1, gathered and combined (`dpcourse/ddp/batchnorm.py`):
+
+# %% tags=["reveals-answer"]
+print(batchnorm.global_variance([[-1, 1], [1, 3]]))
+
+# %% [markdown]
+# torch 2.13 runs `nn.SyncBatchNorm` on GPUs (and XPU, HPU) only: in training under a process group, its
+# forward refuses CPU tensors (`torch/nn/modules/batchnorm.py`: `SyncBatchNorm.forward`), and the kernels it
+# calls, `torch.batch_norm_stats` among them, have no CPU implementation:
+
+# %%
+try:
+    torch.batch_norm_stats(torch.randn(4, 2), 1e-5)
+except NotImplementedError as error:
+    print("NotImplementedError:", str(error).split(". ")[0])
+
+# %% [markdown]
+# So this course writes the same arithmetic with `dist.all_gather` and ordinary tensor operations,
+# `syncbn.SyncBatchNorm1d`, which runs on the CPU under gloo. It gathers each rank's variance where torch
+# gathers the inverse standard deviation, the same information:
+
+# %%
+print(inspect.getsource(syncbn.global_stats))
+print(inspect.getsource(syncbn.combine_stats).split('"""')[0] + "...")
+
+# %% [markdown]
+# `batchnorm.batchnorm` trains `Linear(8, 4) -> BatchNorm(4)` for one DDP step on 2 ranks with 8 samples
+# each, the second half of the batch shifted and stretched so that the shards differ: once with
+# `nn.BatchNorm1d` (per replica), once with `SyncBatchNorm1d`. It also tries torch's `nn.SyncBatchNorm` on
+# the CPU. Next to them, one device trains the same step with `nn.BatchNorm1d` on all 16 samples:
+
+# %%
+norms = batchnorm.batchnorm(world_size=2, batch=16)
+print(norms)
+
+# %%
+viz.batchnorm_stats(norms.reference, [rank["per-replica BatchNorm1d"] for rank in norms.ranks],
+                    norms.ranks[0]["SyncBatchNorm1d"])
+
+# %% [markdown]
+# - **Per-replica BatchNorm**: each rank's running statistics follow its own shard, and neither equals
+#   one device's; its outputs were normalised with the shard's statistics and differ from one device's, and
+#   so does the step the averaged gradients took. DDP then broadcasts rank 0's buffers at the next forward
+#   (lesson 10), so rank 1's statistics are lost.
+# - **SyncBatchNorm1d**: every rank holds one device's running mean and variance, its outputs and weights
+#   equal one device's to float rounding. The running variance takes the *unbiased* variance of the global
+#   batch, as `nn.BatchNorm1d` does on one device.
+# - **torch's `nn.SyncBatchNorm` on the CPU**: the `ValueError` above. On GPUs, one per rank,
+#   `nn.SyncBatchNorm.convert_sync_batchnorm(model)` before wrapping swaps every BatchNorm layer for it.
+#
+# The price is communication inside every forward: one all-gather per BatchNorm layer, and in backward one
+# all-reduce of two sums of the gradient (`torch/nn/modules/_functions.py`: `SyncBatchNorm.backward`).
+
+# %% [markdown]
+# ### Exercise: the global batch's statistics
+# Write `global_batch_stats(means, variances, counts)`: `means` and `variances` are `(ranks, channels)`, each
+# rank's shard mean and biased variance, and `counts` is `(ranks,)`. Return `(mean, variance)`, each
+# `(channels,)`: the mean and biased variance of every rank's samples together. Then compare yours with
+# `syncbn.combine_stats`.
+
+# %% tags=["solution"]
+def global_batch_stats(means, variances, counts):
+    """Combine per-rank (mean, biased variance, count) into the global batch's mean and biased variance."""
+    ### BEGIN SOLUTION
+    weights = counts[:, None] / counts.sum()
+    mean = (weights * means).sum(0)
+    variance = (weights * (variances + (means - mean) ** 2)).sum(0)
+    return mean, variance
+    ### END SOLUTION
+
+
+# %%
+exercises.check("global_batch_stats", global_batch_stats)
+
+# %% [markdown]
+# ## From a DataParallel script to a DDP script
+# `dpcourse/scripts/train_dp.py` trains a small MLP with DataParallel, as a script from the first lessons
+# would: one process, every batch split over the devices. It calls `dpcourse.DataParallel`, which takes the
+# arguments `torch.nn.DataParallel` takes and also splits over CPU "devices" (torch's would just call the
+# model on a machine without GPUs). `dpcourse/scripts/train_ddp.py` is the same training converted to
+# DDP. Both take the data, the model and the settings from `dpcourse/scripts/common.py`, so the diff below
+# shows only what the conversion changes, line by line:
+
+# %%
+dp_lines, ddp_lines = (inspect.getsource(script).splitlines() for script in (train_dp, train_ddp))
+print("\n".join(difflib.unified_diff(dp_lines, ddp_lines, "train_dp.py", "train_ddp.py", n=1, lineterm="")))
+
+# %% [markdown]
+# What changed, from the top:
+#
+# 1. **How it starts.** `torchrun` starts one process per device; the script no longer counts devices
+#    (`--devices` goes: `--nproc_per_node` decides). Each process reads its `RANK`, `WORLD_SIZE` and
+#    `LOCAL_RANK` from the environment torchrun sets, takes one device (GPU number `LOCAL_RANK`, or the CPU)
+#    and joins the others with `init_process_group`: [NCCL](00_start_here.ipynb#Glossary) for GPUs, gloo for
+#    the CPU.
+# 2. **The wrapper.** `DistributedDataParallel(model, device_ids=[device])` instead of `DataParallel(model,
+#    devices)`: one device per process, given on GPUs only.
+# 3. **The data.** A `DistributedSampler` made once, `set_epoch(epoch)` every epoch, and a per-rank batch
+#    of `BATCH // world_size`, so that a step still trains on `BATCH` samples in all.
+# 4. **What is printed.** Each rank's loss covers its own share, so the script all-reduces it and rank 0
+#    prints the average.
+# 5. **The end.** Rank 0 saves, a barrier, and `destroy_process_group`.
+#
+# The model, the optimizer, the loss and the training step did not change.
+#
+# Both scripts should reach the same weights. The DataParallel script draws each epoch's order from a
+# `RandomSampler` seeded with `SEED + epoch`: the same permutation `DistributedSampler` draws after
+# `set_epoch(epoch)` (both call `torch.randperm` with a generator seeded that way). Rank r keeps every
+# second position, so the ranks' k-th batches together are the DataParallel script's k-th batch:
+
+# %%
+dataset, epoch = common.make_dataset(), 1
+dp_order = RandomSampler(dataset, generator=torch.Generator().manual_seed(common.SEED + epoch))
+dp_batches = torch.tensor(list(dp_order)).split(common.BATCH)
+rank_batches = []
+for rank in (0, 1):
+    sampler = DistributedSampler(dataset, num_replicas=2, rank=rank, seed=common.SEED)
+    sampler.set_epoch(epoch)
+    rank_batches.append(torch.tensor(list(sampler)).split(common.BATCH // 2))
+print(f"epoch {epoch}: every DataParallel batch is rank 0's batch plus rank 1's batch:",
+      all(set(dp.tolist()) == set(r0.tolist()) | set(r1.tolist())
+          for dp, r0, r1 in zip(dp_batches, *rank_batches, strict=True)))
+
+# %% [markdown]
+# Now run both: the DataParallel script here, on 2 CPU devices, and the DDP script with torchrun, in 2
+# processes started by a torchrun agent. `torchrun.torchrun` runs the command with a deadline and stops the
+# agent and its workers if it passes (`dpcourse/ddp/torchrun.py`). Each of the 3 new processes imports
+# torch, which makes this the slowest cell of the lesson; the automatic checks of the course skip it
+# (`nbval-skip`) and run the same two scripts in `tests/test_ddp_practice.py` instead. The output below is
+# the stored run; yours should print the same losses:
+
+# %% tags=["nbval-skip"]
+with tempfile.TemporaryDirectory(prefix="dpcourse-scripts-") as scripts_folder:
+    folder = Path(scripts_folder)
+    print("$ python -m dpcourse.scripts.train_dp --devices 2 --out dp.pt")
+    train_dp.main(["--devices", "2", "--out", str(folder / "dp.pt")])
+    ran = torchrun.torchrun("dpcourse.scripts.train_ddp", ["--out", str(folder / "ddp.pt")], nproc=2, timeout=120)
+    print("\n$ torchrun --standalone --nproc_per_node=2 -m dpcourse.scripts.train_ddp --out ddp.pt")
+    print(ran.stdout + f"exit code {ran.returncode}" + ("" if ran.returncode == 0 else "\n" + ran.stderr[-2000:]))
+    dp_weights, ddp_weights = (torch.load(folder / name) for name in ("dp.pt", "ddp.pt"))
+print(f"\nmax |w_DDP - w_DataParallel| over all weights: "
+      f"{max((ddp_weights[k] - dp_weights[k]).abs().max().item() for k in dp_weights):.1e}")
+
+# %% [markdown]
+# The two runs printed the same losses, and their weights agree to float rounding: the conversion changed
+# how the work is spread, not what is computed.
+
+# %% [markdown]
+# ## Summary
+# - DDP does not split the data. Give every rank a `DistributedSampler` with the same seed (the default),
+#   and call `set_epoch(epoch)` every epoch; without it every epoch repeats the first one's order.
+# - Save on rank 0 (`ddp_model.module.state_dict()`), then `dist.barrier()`, then load on every rank with
+#   `map_location` set to the rank's device. A rank that reads too early resumes from an old checkpoint,
+#   silently, and DDP never re-syncs the weights.
+# - Every backward ends in all-reduces that every rank must join: a rank with an extra batch waits until
+#   the process group times out. `with ddp_model.join():` lets ranks that ran out shadow the others; by
+#   default their zeros still count in the average.
+# - A parameter that gets no gradient stops DDP's reduction; the next forward raises "Expected to have
+#   finished reduction in the prior iteration". `find_unused_parameters=True` fixes it by walking the graph
+#   every iteration; `static_graph=True` does it once.
+# - Per-replica BatchNorm uses each shard's statistics; SyncBatchNorm all-gathers every rank's mean,
+#   variance and count and combines them, reproducing one device's BatchNorm on the whole batch. In torch
+#   it needs GPUs.
+# - A DataParallel script becomes a DDP script in a handful of lines: process group, wrapper, sampler,
+#   per-rank batch, rank-0 printing and saving. `torchrun` starts it.

@@ -20,7 +20,9 @@ answer, one click away); a code cell tagged "reveals-answer" (its output gives a
 above it) keeps its outputs collapsed in both editions, so that the learner answers before seeing them; and
 cells that open with a level-1 or level-2 heading start a new slide. The
 notebook is run top to bottom in a fresh kernel and saved with its outputs and widget state, which is what
-nbval compares against (tests/nbval_sanitize.cfg masks what legitimately changes between runs).
+nbval compares against (tests/nbval_sanitize.cfg masks what legitimately changes between runs). Its
+``kernelspec`` and ``language_info`` are those JupyterLab writes when this environment's kernel starts
+(``dpcourse.open.kernel_metadata``, Python's version included), so a lesson does not open marked modified.
 
 Two editions come from one source. The instructor edition (notebooks/*.ipynb, what nbval checks) keeps every
 solution. The student edition (notebooks/student/*.ipynb) replaces what lies between nbgrader's markers,
@@ -41,10 +43,11 @@ import jupytext
 import nbformat
 from nbclient import NotebookClient
 
+from dpcourse.open import kernel_metadata
+
 HERE = Path(__file__).parent
 LESSON_ENVIRONMENT = runpy.run_path(str(HERE / "conftest.py"))["LESSON_ENVIRONMENT"]  # CPU devices
 SOURCES = HERE / "src"
-KERNEL = {"name": "python3", "display_name": "Python 3", "language": "python"}
 EDITIONS = {"instructor": HERE, "student": HERE / "student"}
 SOLUTION = re.compile(r"^(?P<indent>[ \t]*)### BEGIN SOLUTION\n.*?^[ \t]*### END SOLUTION\n?", re.MULTILINE | re.DOTALL)
 STUB = '{indent}raise NotImplementedError("Your code here: write this, then run the check below.")\n'
@@ -94,7 +97,7 @@ def remove_classroom_metadata(notebook: nbformat.NotebookNode) -> None:
 def build(name: str, edition: str = "instructor", timeout: int = 300) -> Path:
     """Convert notebooks/src/<name>.py into the edition's <name>.ipynb and execute it in place."""
     notebook = jupytext.read(SOURCES / f"{name}.py", fmt="py:percent")
-    notebook.metadata = {"kernelspec": KERNEL, "language_info": {"name": "python"}}
+    notebook.metadata = kernel_metadata()  # what JupyterLab writes on open: a lesson opens unmodified
     add_classroom_metadata(notebook, edition)
     if edition == "student":
         for cell in notebook.cells:
@@ -106,7 +109,6 @@ def build(name: str, edition: str = "instructor", timeout: int = 300) -> Path:
         notebook, timeout=timeout, kernel_name="python3", store_widget_state=True, record_timing=False
     )
     client.execute(cwd=str(HERE))
-    notebook.metadata["language_info"] = {"name": "python"}  # drop the exact version: it is not the lesson's
     target = EDITIONS[edition] / f"{name}.ipynb"
     target.parent.mkdir(exist_ok=True)
     nbformat.write(notebook, target)

@@ -162,7 +162,7 @@ def test_every_package_the_course_imports_comes_with_requirements_txt() -> None:
 
 def test_readme_tests_with_the_test_extra_and_opens_the_course_without_it() -> None:
     readme = (ROOT / "README.md").read_text()
-    learner = re.search(r"^python3 -m venv .*jupyter lab .*$", readme, flags=re.MULTILINE).group(0)
+    learner = re.search(r"^python3 -m venv .*-m dpcourse\.open$", readme, flags=re.MULTILINE).group(0)
     tests = re.search(r"^python3 -m venv .*-m pytest$", readme, flags=re.MULTILINE).group(0)
     assert ".venv/bin/pip install -r requirements.txt -e . &&" in learner and "[test]" not in learner
     assert '.venv/bin/pip install -r requirements.txt -e ".[test]" &&' in tests

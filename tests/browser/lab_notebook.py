@@ -105,6 +105,8 @@ class LabNotebook:
 
     def open(self, timeout_s: float = 60) -> None:
         self.page.goto(self._url)
+        # The app is exposed some time after the page's load event; PANEL would throw until then.
+        self.page.wait_for_function("() => window.jupyterapp !== undefined", timeout=timeout_s * 1000)
         self.wait_for(PANEL + "return panel !== undefined && panel.content.model !== null;", timeout_s)
         # More room for the notebook in the screenshots; the file browser is of no use to the test.
         self.page.evaluate("() => window.jupyterapp.shell.collapseLeft()")

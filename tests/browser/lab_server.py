@@ -37,10 +37,13 @@ class LabServer:
     """``python -m jupyterlab`` serving ``root_dir`` on 127.0.0.1 with a random port and token.
 
     The server runs with this interpreter (``sys.executable``), so its ``python3`` kernelspec starts kernels
-    with the same environment's Python. ``env`` is added to the server's environment, which its kernels inherit.
+    with the same environment's Python. ``env`` is added to the server's environment, which its kernels inherit;
+    ``settings`` are the user settings it starts with (default ``SETTINGS``).
     """
 
-    def __init__(self, root_dir: Path, state_dir: Path, env: dict[str, str]) -> None:
+    def __init__(
+        self, root_dir: Path, state_dir: Path, env: dict[str, str], settings: dict[str, dict] = SETTINGS
+    ) -> None:
         self.root_dir = root_dir
         self.state_dir = state_dir
         self.token = os.urandom(16).hex()
@@ -49,6 +52,7 @@ class LabServer:
         self.log_path = state_dir / "jupyterlab.log"
         self.process: subprocess.Popen | None = None
         self._env = env
+        self._settings = settings
 
     def command(self) -> list[str]:
         command = [
@@ -64,7 +68,7 @@ class LabServer:
 
     def environment(self) -> dict[str, str]:
         settings = self.state_dir / "lab-settings"
-        for plugin, values in SETTINGS.items():
+        for plugin, values in self._settings.items():
             path = settings / f"{plugin}.jupyterlab-settings"
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(json.dumps(values))

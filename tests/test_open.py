@@ -1,0 +1,134 @@
+"""dpcourse.open: the learner's copies of the lessons (made once, never overwritten, trusted, stamped with the
+kernel's metadata) and the JupyterLab command it hands over to. The browser side is tests/browser/test_first_open.py.
+"""
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbformat.sign import NotebookNotary
+
+from dpcourse import open as course
+
+ROOT = Path(__file__).resolve().parent.parent
+ANNOUNCEMENTS = "@jupyterlab/apputils-extension:announcements"
+
+
+@pytest.fixture(autouse=True)
+def own_trust_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Signatures go to a temporary Jupyter data folder, never to the user's."""
+    monkeypatch.setenv("JUPYTER_DATA_DIR", str(tmp_path / "jupyter-data"))
+
+
+@pytest.fixture
+def lessons(tmp_path: Path) -> Path:
+    """Two small lessons with a stored output, metadata as a short kernelspec (what JupyterLab would replace)."""
+    folder = tmp_path / "lessons"
+    folder.mkdir()
+    for name in ("00_first", "01_second"):
+        cell = nbformat.v4.new_code_cell("1 + 1", execution_count=1)
+        cell.outputs = [nbformat.v4.new_output("execute_result", {"text/plain": "2"}, execution_count=1)]
+        notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell(f"# {name}"), cell])
+        notebook.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+        nbformat.write(notebook, folder / f"{name}.ipynb")
+    return folder
+
+
+def read(path: Path) -> nbformat.NotebookNode:
+    return nbformat.read(path, as_version=4)
+
+
+def test_new_lessons_are_copied_stamped_and_trusted(lessons: Path, tmp_path: Path) -> None:
+    folder = tmp_path / "my-course"
+    copies = course.prepare(folder, lessons)
+    assert [path.name for path in copies.made] == ["00_first.ipynb", "01_second.ipynb"] and copies.kept == []
+    notary = NotebookNotary()
+    for copy in copies.made:
+        notebook = read(copy)
+        assert notebook.cells == read(lessons / copy.name).cells
+        assert notebook.metadata["kernelspec"] == course.kernel_metadata()["kernelspec"]
+        assert notebook.metadata["language_info"]["version"] == sys.version.split()[0]
+        assert notary.check_signature(notebook), f"{copy.name} should be trusted"
+    assert not notary.check_signature(read(lessons / "00_first.ipynb")), "the originals are not what was trusted"
+
+
+def test_the_kernel_metadata_is_what_jupyterlab_writes_for_this_python() -> None:
+    metadata = course.kernel_metadata()
+    assert metadata["kernelspec"]["name"] == "python3" and metadata["kernelspec"]["language"] == "python"
+    assert metadata["language_info"]["name"] == "python"
+    assert metadata["language_info"]["codemirror_mode"] == {"name": "ipython", "version": sys.version_info[0]}
+
+
+def test_a_learners_copy_is_never_overwritten_and_new_lessons_are_added(lessons: Path, tmp_path: Path) -> None:
+    folder = tmp_path / "my-course"
+    course.prepare(folder, lessons)
+    mine = folder / "00_first.ipynb"
+    edited = read(mine)
+    edited.cells[1].source = "answer = 42"
+    nbformat.write(edited, mine)
+    before = mine.read_bytes()
+    nbformat.write(read(lessons / "01_second.ipynb"), lessons / "02_new.ipynb")
+    copies = course.prepare(folder, lessons)
+    assert [path.name for path in copies.made] == ["02_new.ipynb"]
+    assert [path.name for path in copies.kept] == ["00_first.ipynb", "01_second.ipynb"]
+    assert mine.read_bytes() == before
+    assert not NotebookNotary().check_signature(read(mine)), "a learner's edited copy is not trusted behind their back"
+
+
+def test_the_folder_holds_the_student_lessons_and_nothing_else(tmp_path: Path) -> None:
+    folder = tmp_path / "my-course"
+    course.prepare(folder)
+    student = sorted(path.name for path in (ROOT / "notebooks" / "student").glob("*.ipynb"))
+    assert student and sorted(path.name for path in folder.iterdir()) == student
+
+
+def test_no_lessons_is_a_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError, match=r"No lessons in .*notebooks/student/.*pip install -e \."):
+        course.prepare(tmp_path / "my-course", tmp_path / "empty")
+
+
+def test_the_default_folder_is_my_course_and_git_ignores_it() -> None:
+    assert course.COURSE_FOLDER == ROOT / "my-course"
+    assert "/my-course/" in (ROOT / ".gitignore").read_text().splitlines()
+
+
+def no_exec(*args: object) -> None:
+    raise AssertionError("JupyterLab should not start")
+
+
+def test_no_lab_only_prepares(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    monkeypatch.setattr(os, "execve", no_exec)
+    course.main(["--no-lab", f"--folder={tmp_path / 'mine'}"])
+    lessons = len(list(course.LESSONS.glob("*.ipynb")))
+    assert len(list((tmp_path / "mine").glob("*.ipynb"))) == lessons
+    assert f"Copied and trusted {lessons} new" in capsys.readouterr().out
+
+
+def test_jupyterlab_starts_in_the_folder_on_localhost_with_the_extra_arguments(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    started = {}
+
+    def record(executable: str, command: list[str], env: dict[str, str]) -> None:
+        started.update(executable=executable, command=command, env=env, cwd=Path.cwd())
+
+    monkeypatch.setattr(os, "execve", record)
+    monkeypatch.chdir(tmp_path)  # main() moves into the folder; monkeypatch moves back afterwards
+    monkeypatch.setenv("JUPYTER_CONFIG_PATH", "/somewhere/else")
+    folder = tmp_path / "mine"
+    course.main([f"--folder={folder}", "--port", "8890", "--no-browser"])
+    command = started["command"]
+    assert started["executable"] == sys.executable and command[:3] == [sys.executable, "-m", "jupyterlab"]
+    assert "--ip=127.0.0.1" in command and f"--ServerApp.root_dir={folder}" in command
+    assert command[-3:] == ["--port", "8890", "--no-browser"]
+    assert ("--allow-root" in command) == (os.geteuid() == 0)
+    assert started["cwd"] == folder
+    assert started["env"]["JUPYTER_CONFIG_PATH"] == os.pathsep.join([str(course.LAB_CONFIG), "/somewhere/else"])
+
+
+def test_the_lab_config_disables_the_news_popup() -> None:
+    page_config = json.loads((course.LAB_CONFIG / "labconfig" / "page_config.json").read_text())
+    assert page_config == {"disabledExtensions": {ANNOUNCEMENTS: True}}

@@ -194,7 +194,7 @@ viz.accumulation_timeline([
 # Under DDP, too, the weight is needed. Without it the gradient is K = 3 times too big, whatever `no_sync()`
 # does:
 
-# %%
+# %% tags=["reveals-answer"]
 print(schedules.runs[3])
 
 # %% [markdown]
@@ -273,7 +273,7 @@ viz.micro_batch_weights(mean_of_means)
 # DDP has the same arithmetic, with ranks for replicas: each rank's micro-batch losses are weighted, and
 # DDP then averages the ranks. With a short last micro-batch on both ranks (4 + 4 + 2 rows each):
 
-# %%
+# %% tags=["reveals-answer"]
 for run in schedules.runs[4:]:
     print(run)
 

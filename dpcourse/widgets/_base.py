@@ -1,4 +1,5 @@
-"""What every explorer shares: the VBox layout, the red message area, PNG figures cached per setting.
+"""What every explorer shares: the VBox layout, the red message area, PNG figures cached per setting, and
+the look-ahead (``look_ahead.py``) that prepares the learner's likely next setting while they look at this one.
 
 An explorer keeps everything a reader (or a test) needs in widget *values*: ``HTML`` text and figures as PNG
 bytes in an ``ipywidgets.Image``. Not in ``Output`` widgets: without a kernel they capture nothing, and a
@@ -12,7 +13,12 @@ from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
 import ipywidgets as widgets
+import numpy
+import PIL.Image
+from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+
+from .look_ahead import LookAhead, next_value
 
 # A figure is shown at the size of the lessons' own figures: 100 CSS px per inch, matplotlib's figure.dpi, which
 # the notebook's inline backend uses. It is drawn with 2 PNG pixels per CSS px, so it stays sharp on high-density
@@ -26,9 +32,23 @@ CELL_STYLE = "padding: 1px 10px 1px 0; text-align: left"
 
 
 def png_bytes(fig: Figure) -> bytes:
-    """The figure rendered as PNG bytes for ``ipywidgets.Image.value``, at ``PIXEL_RATIO`` pixels per CSS px."""
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=CSS_PX_PER_INCH * PIXEL_RATIO)
+    """The figure rendered as PNG bytes for ``ipywidgets.Image.value``, at ``PIXEL_RATIO`` pixels per CSS px.
+
+    Drawn once on an Agg canvas and compressed lightly: ``savefig`` draws a figure with a layout engine twice
+    (a layout pass, then the real one) and compresses harder. Same pixels, about a fifth less time, which a
+    learner waits for at every change of a control (tests/benchmarks/browser_latency.py). The figure's dpi and
+    canvas are put back afterwards, so it still shows as before anywhere else.
+    """
+    dpi, canvas = fig.dpi, fig.canvas
+    try:
+        fig.dpi = CSS_PX_PER_INCH * PIXEL_RATIO
+        agg = FigureCanvasAgg(fig)
+        agg.draw()
+        buffer = io.BytesIO()
+        PIL.Image.fromarray(numpy.asarray(agg.buffer_rgba())).save(buffer, format="png", compress_level=1)
+    finally:
+        fig.dpi = dpi
+        fig.set_canvas(canvas)
     return buffer.getvalue()
 
 
@@ -121,7 +141,8 @@ class Explorer(widgets.VBox):
     * ``controls``: the public controls by attribute name (a subclass sets the attributes, then passes their
       names), in the order ``latency.measure_interactions`` exercises them;
     * ``image``: the current figure as PNG bytes (hidden and empty when the view has no figure);
-    * ``message``: empty, or the last callback's error in red (see ``reports_errors``).
+    * ``message``: empty, or the last callback's error in red (see ``reports_errors``);
+    * ``look_ahead``: after answering a learner's change, prepare the setting they most likely pick next.
 
     ``repr()`` is the class name and the controls' values, e.g. ``ChunkExplorer(batch=10, devices=4, dim=0)``:
     stable text for a notebook's stored output, where ipywidgets' default repr would list every child's value.
@@ -133,7 +154,15 @@ class Explorer(widgets.VBox):
         self.image = widgets.Image(format="png", layout=widgets.Layout(max_width="100%"))
         self.message = widgets.HTML()
         self._pngs: dict[Hashable, tuple[bytes, str]] = {}  # per setting: the PNG and its css_width
+        self._look_ahead = LookAhead()
         self.children = [*rows, self.image, self.message]
+
+    def figure_png(self, key: Hashable, make: Callable[[], Figure]) -> tuple[bytes, str]:
+        """The PNG and ``css_width`` of the figure ``make()`` draws, rendered once per ``key``."""
+        if key not in self._pngs:
+            fig = make()
+            self._pngs[key] = png_bytes(fig), css_width(fig)
+        return self._pngs[key]
 
     def show_figure(self, key: Hashable, make: Callable[[], Figure] | None) -> None:
         """Show the figure ``make()`` draws, rendered once per ``key``; ``make=None`` hides the image."""
@@ -141,10 +170,21 @@ class Explorer(widgets.VBox):
             self.image.value = b""
             self.image.layout.display = "none"
             return
-        if key not in self._pngs:
-            fig = make()
-            self._pngs[key] = png_bytes(fig), css_width(fig)
-        show_png(self.image, *self._pngs[key])
+        show_png(self.image, *self.figure_png(key, make))
+
+    def look_ahead(self, prepare: Callable[[], object]) -> None:
+        """Call ``prepare()`` once the answer to the learner's current change has gone out: it fills this
+        explorer's caches for the setting they most likely pick next (see ``look_ahead.LookAhead``)."""
+        self._look_ahead.schedule(prepare)
+
+    def guess_next(self, change: dict[str, Any]) -> dict[str, Any] | None:
+        """``settings()`` as they most likely are after the learner's next change: the control that ``change``
+        moved, moved once more (``next_value``); ``None`` if it has nowhere else to go."""
+        value = next_value(change["owner"], change["old"], change["new"])
+        if value is None:
+            return None
+        name = next(name for name, control in self.controls.items() if control is change["owner"])
+        return {**self.settings(), name.rpartition("_")[0]: value}
 
     def clear_results(self) -> None:
         """Hide what the last good setting showed, so that no stale figure sits beside an error."""

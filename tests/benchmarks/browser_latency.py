@@ -13,7 +13,7 @@ walks back to where it was, one step (one new setting) per key press.
 One interaction is timed in the page, with ``performance.now()``, from the click or key-down (``start``) to:
 
 * ``figure``: the new figure decoded and painted (``img.decode()``, then one animation frame), if one came;
-* ``kernel``: the kernel's idle message after the change, the round trip through the kernel;
+* ``kernel``: the kernel's last idle message after the change: the round trip through the kernel;
 * ``shown``: the last change anywhere in the explorer, once the kernel is idle and nothing has changed for
   ``QUIET_MS`` (which is not counted): everything the kernel sent back is on the screen.
 
@@ -62,7 +62,7 @@ ARM = """(tag) => {
   const figure = root.querySelector('.bench-figure');
   const panel = [...window.jupyterapp.shell.widgets('main')].find(w => w.node.contains(root));
   const kernel = panel.sessionContext.session.kernel;
-  const s = {start: null, busy: false, idle: null, changed: null, figure: null, decoding: 0};
+  const s = {start: null, working: 0, idle: null, changed: null, figure: null, decoding: 0};
   const observer = new MutationObserver(records => {
     if (s.start === null) return;
     s.changed = performance.now();
@@ -74,19 +74,22 @@ ARM = """(tag) => {
       }));
     }
   });
-  const onStatus = (_, status) => {
-    if (s.start === null) return;
-    if (status === 'busy') s.busy = true;
-    else if (status === 'idle' && s.busy) s.idle = performance.now();
+  // A click sends two messages (the new value and the click event), each with its own busy and idle, which
+  // may interleave: the kernel is done once every busy has had its idle.
+  const onIopub = (_, message) => {
+    if (s.start === null || message.header.msg_type !== 'status') return;
+    const state = message.content.execution_state;
+    if (state === 'busy') s.working += 1;
+    else if (state === 'idle' && s.working > 0 && --s.working === 0) s.idle = performance.now();
   };
   const onInput = () => { if (s.start === null) s.start = performance.now(); };
   observer.observe(root, {subtree: true, attributes: true, childList: true, characterData: true});
-  kernel.statusChanged.connect(onStatus);
+  kernel.iopubMessage.connect(onIopub);
   root.addEventListener('click', onInput, true);
   root.addEventListener('keydown', onInput, true);
   s.disarm = () => {
     observer.disconnect();
-    kernel.statusChanged.disconnect(onStatus);
+    kernel.iopubMessage.disconnect(onIopub);
     root.removeEventListener('click', onInput, true);
     root.removeEventListener('keydown', onInput, true);
   };
@@ -94,7 +97,7 @@ ARM = """(tag) => {
 }"""
 SETTLED = """(quietMs) => {
   const s = window.__benchInteraction;
-  if (s.start === null || s.idle === null || s.decoding > 0) return false;
+  if (s.start === null || s.idle === null || s.working > 0 || s.decoding > 0) return false;
   return performance.now() - Math.max(s.idle, s.changed ?? 0, s.figure ?? 0) > quietMs;
 }"""
 RESULT = """() => {

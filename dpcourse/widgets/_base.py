@@ -1,4 +1,5 @@
-"""What every explorer shares: the VBox layout, the red message area, PNG figures cached per setting.
+"""What every explorer shares: the VBox layout, the red message area, PNG figures cached per setting, and
+the look-ahead (``look_ahead.py``) that prepares the learner's likely next setting while they look at this one.
 
 An explorer keeps everything a reader (or a test) needs in widget *values*: ``HTML`` text and figures as PNG
 bytes in an ``ipywidgets.Image``. Not in ``Output`` widgets: without a kernel they capture nothing, and a
@@ -14,6 +15,8 @@ import ipywidgets as widgets
 from matplotlib.figure import Figure
 
 from dpcourse.viz.png import css_width, png_bytes
+
+from .look_ahead import LookAhead, next_value
 
 ERROR_STYLE = "color: #C00000; white-space: pre-wrap; font-family: monospace"
 TABLE_STYLE = "border-collapse: collapse; font-family: monospace; font-size: 12px"
@@ -104,7 +107,8 @@ class Explorer(widgets.VBox):
     * ``controls``: the public controls by attribute name (a subclass sets the attributes, then passes their
       names), in the order ``latency.measure_interactions`` exercises them;
     * ``image``: the current figure as PNG bytes (hidden and empty when the view has no figure);
-    * ``message``: empty, or the last callback's error in red (see ``reports_errors``).
+    * ``message``: empty, or the last callback's error in red (see ``reports_errors``);
+    * ``look_ahead``: after answering a learner's change, prepare the setting they most likely pick next.
 
     ``repr()`` is the class name and the controls' values, e.g. ``ChunkExplorer(batch=10, devices=4, dim=0)``:
     stable text for a notebook's stored output, where ipywidgets' default repr would list every child's value.
@@ -116,7 +120,15 @@ class Explorer(widgets.VBox):
         self.image = widgets.Image(format="png", layout=widgets.Layout(max_width="100%"))
         self.message = widgets.HTML()
         self._pngs: dict[Hashable, tuple[bytes, str]] = {}  # per setting: the PNG and its css_width
+        self._look_ahead = LookAhead()
         self.children = [*rows, self.image, self.message]
+
+    def figure_png(self, key: Hashable, make: Callable[[], Figure]) -> tuple[bytes, str]:
+        """The PNG and ``css_width`` of the figure ``make()`` draws, rendered once per ``key``."""
+        if key not in self._pngs:
+            fig = make()
+            self._pngs[key] = png_bytes(fig), css_width(fig)
+        return self._pngs[key]
 
     def show_figure(self, key: Hashable, make: Callable[[], Figure] | None) -> None:
         """Show the figure ``make()`` draws, rendered once per ``key``; ``make=None`` hides the image."""
@@ -124,10 +136,21 @@ class Explorer(widgets.VBox):
             self.image.value = b""
             self.image.layout.display = "none"
             return
-        if key not in self._pngs:
-            fig = make()
-            self._pngs[key] = png_bytes(fig), css_width(fig)
-        show_png(self.image, *self._pngs[key])
+        show_png(self.image, *self.figure_png(key, make))
+
+    def look_ahead(self, prepare: Callable[[], object]) -> None:
+        """Call ``prepare()`` once the answer to the learner's current change has gone out: it fills this
+        explorer's caches for the setting they most likely pick next (see ``look_ahead.LookAhead``)."""
+        self._look_ahead.schedule(prepare)
+
+    def guess_next(self, change: dict[str, Any]) -> dict[str, Any] | None:
+        """``settings()`` as they most likely are after the learner's next change: the control that ``change``
+        moved, moved once more (``next_value``); ``None`` if it has nowhere else to go."""
+        value = next_value(change["owner"], change["old"], change["new"])
+        if value is None:
+            return None
+        name = next(name for name, control in self.controls.items() if control is change["owner"])
+        return {**self.settings(), name.rpartition("_")[0]: value}
 
     def clear_results(self) -> None:
         """Hide what the last good setting showed, so that no stale figure sits beside an error."""

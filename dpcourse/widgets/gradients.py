@@ -80,13 +80,20 @@ class GradientSum(Explorer):
         self._update()
 
     @reports_errors
-    def _update(self, _change: object = None) -> None:
+    def _update(self, change: dict | None = None) -> None:
         setting = (self.reduction_toggle.value, self.batch_slider.value, self.devices_slider.value)
-        fig = None
+        self.difference, text = self._prepare(setting)
+        self.show_figure(setting, lambda: gradient_figure(*setting))  # rendered by _prepare
+        self.summary.value = paragraph(text)
+        guess = None if change is None else self.guess_next(change)
+        if guess is not None:
+            self.look_ahead(lambda: self._prepare((guess["reduction"], guess["batch"], guess["devices"])))
+
+    def _prepare(self, setting: tuple[str, int, int]) -> tuple[float, str]:
+        """The difference and its explanation for ``setting``, its figure rendered: computed once, then cached."""
         if setting not in self._results:
             fig = gradient_figure(*setting)
             data = fig.dpcourse_data
+            self.figure_png(setting, lambda: fig)
             self._results[setting] = (data["max_abs_diff"], explain(setting[0], setting[1], data))
-        self.show_figure(setting, lambda: fig)  # rendered together with the numbers, then cached with them
-        self.difference, text = self._results[setting]
-        self.summary.value = paragraph(text)
+        return self._results[setting]

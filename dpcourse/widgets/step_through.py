@@ -14,7 +14,9 @@ class StepThrough(Explorer):
     reduce-add -> optimizer step of the course model on ``dpcourse.devices(devices)``.
 
     The whole step runs once per (devices, batch) setting (``step_run.run_step``) and every intermediate is
-    kept, so Back and Next only change what is shown; a stage's figure is rendered the first time it is seen.
+    kept, so Back and Next only change what is shown; a stage's figure is rendered the first time it is needed.
+    In a kernel, the explorer looks ahead (``Explorer.look_ahead``): after Next it draws the following stage's
+    figure, after a slider moves it runs the step one setting further, before the learner asks for either.
 
     Controls: ``next_button``, ``back_button``, ``reset_button`` (back to stage 1, settings kept),
     ``devices_slider``, ``batch_slider``. Shown: ``stage_label`` ("<name> — stage k of 9"), ``tensors`` (the live
@@ -50,18 +52,30 @@ class StepThrough(Explorer):
         self._recompute()
 
     @reports_errors
-    def _recompute(self, _change: object = None) -> None:
+    def _recompute(self, change: dict | None = None) -> None:
         setting = self.devices_slider.value, self.batch_slider.value
-        if setting not in self._records:
-            self._records[setting] = run_step(*setting)
         # Kept together: after a failed recompute, Next still shows (and caches) the old record's figures as such.
-        self._setting, self.record = setting, self._records[setting]
+        self._setting, self.record = setting, self._prepare(setting, self.stage)
         self._show()
+        guess = None if change is None else self.guess_next(change)
+        if guess is not None:
+            self.look_ahead(lambda stage=self.stage: self._prepare((guess["devices"], guess["batch"]), stage))
 
     @reports_errors
     def _go(self, stage: int) -> None:
         self.stage = min(max(stage, 1), len(STAGES))  # code can click a disabled button
         self._show()
+        if self.stage < len(STAGES):
+            self.look_ahead(lambda setting=self._setting, stage=self.stage + 1: self._prepare(setting, stage))
+
+    def _prepare(self, setting: tuple[int, int], stage: int) -> StepRecord:
+        """The step's record for ``setting`` (devices, batch), and stage ``stage``'s figure of it rendered."""
+        if setting not in self._records:
+            self._records[setting] = run_step(*setting)
+        record, figure = self._records[setting], STAGES[stage - 1].figure
+        if figure is not None:
+            self.figure_png((setting, figure), lambda: figure(record))
+        return record
 
     def _show(self) -> None:
         stage = STAGES[self.stage - 1]

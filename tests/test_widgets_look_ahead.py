@@ -1,0 +1,98 @@
+"""Look-ahead (dpcourse/widgets/look_ahead.py): after a change, an explorer prepares the likely next setting.
+
+In a kernel the guess runs on ipykernel's event loop; here ``asyncio.run`` gives the same: a running loop on
+this thread, where a control's callback schedules the guess and ``await asyncio.sleep`` lets it run.
+"""
+
+import asyncio
+
+import ipywidgets as widgets
+import pytest
+
+from dpcourse.widgets import GradientSum, StepThrough, gradients, look_ahead
+from dpcourse.widgets.look_ahead import LookAhead, next_value
+from dpcourse.widgets.stages import STAGES
+
+AFTER_THE_GUESS_S = look_ahead.DELAY_S + 0.05
+
+
+@pytest.mark.parametrize(
+    ("control", "old", "new", "expected"),
+    [
+        (widgets.IntSlider(min=1, max=8), 3, 4, 5),
+        (widgets.IntSlider(min=1, max=8), 4, 3, 2),
+        (widgets.IntSlider(min=1, max=8), 2, 8, 7),  # a jump to the end: one step back
+        (widgets.IntSlider(min=1, max=8), 8, 1, 2),
+        (widgets.SelectionSlider(options=[("a", 16), ("b", 64), ("c", 256)]), 16, 64, 256),
+        (widgets.ToggleButtons(options=["x", "y", "z"]), "y", "x", "z"),  # a toggle's options go round
+        (widgets.IntSlider(min=0, max=0), 0, 0, None),
+    ],
+)
+def test_the_next_value_is_one_more_step_the_same_way(control, old, new, expected) -> None:
+    assert next_value(control, old, new) == expected
+
+
+def test_without_a_running_loop_nothing_is_prepared() -> None:
+    explorer = GradientSum(reduction="mean", batch=8, devices=2)
+    explorer.batch_slider.value = 9
+    assert set(explorer._results) == {("mean", 8, 2), ("mean", 9, 2)}
+
+
+def counting_figures(monkeypatch: pytest.MonkeyPatch) -> list[tuple]:
+    made = []
+
+    def counted(*setting):
+        made.append(setting)
+        return real(*setting)
+
+    real = gradients.gradient_figure
+    monkeypatch.setattr(gradients, "gradient_figure", counted)
+    return made
+
+
+def test_gradient_sum_prepares_the_next_batch_and_then_shows_it_without_recomputing(monkeypatch) -> None:
+    made = counting_figures(monkeypatch)
+
+    async def learner() -> None:
+        explorer = GradientSum(reduction="mean", batch=8, devices=2)
+        explorer.batch_slider.value = 9
+        assert made == [("mean", 8, 2), ("mean", 9, 2)], "the guess waits until the answer has gone out"
+        await asyncio.sleep(AFTER_THE_GUESS_S)
+        assert made[-1] == ("mean", 10, 2)
+        guessed_png = explorer._pngs[("mean", 10, 2)][0]
+        explorer.batch_slider.value = 10
+        assert made.count(("mean", 10, 2)) == 1
+        assert explorer.image.value == guessed_png and "10 rows" in explorer.summary.value
+
+    asyncio.run(learner())
+
+
+def test_step_through_draws_the_next_stage_after_next() -> None:
+    async def learner() -> None:
+        explorer = StepThrough(devices=2, batch=6)
+        explorer.next_button.click()  # to scatter; the guess is replicate's figure
+        replicate = STAGES[2].figure
+        assert ((2, 6), replicate) not in explorer._pngs
+        await asyncio.sleep(AFTER_THE_GUESS_S)
+        assert ((2, 6), replicate) in explorer._pngs
+        explorer.devices_slider.value = 3  # at scatter; the guess is 4 devices, with scatter's figure
+        await asyncio.sleep(AFTER_THE_GUESS_S)
+        assert (4, 6) in explorer._records and ((4, 6), STAGES[1].figure) in explorer._pngs
+
+    asyncio.run(learner())
+
+
+def test_a_newer_guess_replaces_a_pending_one_and_a_failing_guess_is_dropped() -> None:
+    ran, errors = [], []
+
+    async def scenario() -> None:
+        asyncio.get_running_loop().set_exception_handler(lambda _loop, context: errors.append(context))
+        ahead = LookAhead()
+        ahead.schedule(lambda: ran.append("first"))
+        ahead.schedule(lambda: ran.append("second"))
+        await asyncio.sleep(AFTER_THE_GUESS_S)
+        ahead.schedule(lambda: 1 / 0)
+        await asyncio.sleep(AFTER_THE_GUESS_S)
+
+    asyncio.run(scenario())
+    assert ran == ["second"] and errors == []

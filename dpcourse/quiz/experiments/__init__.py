@@ -13,56 +13,24 @@ Adding a lesson's experiments (say lesson 13, ``quizzes/13_collectives.toml``):
    decorator (``quiz/experiments_lesson13.py``) converts by moving it here, deleting the decorators, importing
    ``Outcome`` and ``only_true`` from ``..outcome`` and the shared helpers from ``..lab`` under their new names,
    and listing the functions in that tuple;
-2. import it below and add it to ``LESSON_MODULES``, in course order (its TOML file is in ``bank.LESSONS``).
+2. add its TOML file's name to ``lessons.LESSONS``, in course order: ``LESSON_MODULES`` imports ``lessonNN`` for
+   each name there.
 
-``tests/test_quiz_bank.py`` checks that every lesson in ``bank.LESSONS`` has its module, that every
+``tests/test_quiz_bank.py`` checks that every lesson in ``lessons.LESSONS`` has its module, that every
 ``experiment = "..."`` in lesson NN's file names a function in ``lessonNN.EXPERIMENTS``, and that every such
 function is used there. A name used twice in the course is refused when this package is imported.
 """
 
+import importlib
 from collections.abc import Iterable
 from types import ModuleType
 
+from ..lessons import LESSONS
 from ..outcome import Experiment, Outcome
-from . import (
-    lesson00,
-    lesson01,
-    lesson02,
-    lesson03,
-    lesson04,
-    lesson05,
-    lesson06,
-    lesson07,
-    lesson08,
-    lesson09,
-    lesson10,
-    lesson11,
-    lesson13,
-    lesson14,
-    lesson15,
-    lesson16,
-    lesson17,
-)
 
-# In course order; a new lesson's module is imported above and added here.
-LESSON_MODULES = (
-    lesson00,
-    lesson01,
-    lesson02,
-    lesson03,
-    lesson04,
-    lesson05,
-    lesson06,
-    lesson07,
-    lesson08,
-    lesson09,
-    lesson10,
-    lesson11,
-    lesson13,
-    lesson14,
-    lesson15,
-    lesson16,
-    lesson17,
+# In course order: lesson NN's questions are quizzes/NN_<name>.toml (lessons.LESSONS), its experiments lessonNN.py.
+LESSON_MODULES: tuple[ModuleType, ...] = tuple(
+    importlib.import_module(f"{__name__}.lesson{lesson[:2]}") for lesson in LESSONS
 )
 
 

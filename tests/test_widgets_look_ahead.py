@@ -1,10 +1,13 @@
 """Look-ahead (dpcourse/widgets/look_ahead.py): after a change, an explorer prepares the likely next setting.
 
 In a kernel the guess runs on ipykernel's event loop; here ``asyncio.run`` gives the same: a running loop on
-this thread, where a control's callback schedules the guess and ``await asyncio.sleep`` lets it run.
+its thread, where a control's callback schedules the guess and ``await asyncio.sleep`` lets it run. Each test
+runs in a thread of its own, because Playwright's sync API (tests/browser, same session) keeps an event loop
+running in the main thread, where ``asyncio.run`` refuses to start a second one.
 """
 
 import asyncio
+import concurrent.futures
 
 import ipywidgets as widgets
 import pytest
@@ -14,6 +17,12 @@ from dpcourse.widgets.look_ahead import LookAhead, next_value
 from dpcourse.widgets.stages import STAGES
 
 AFTER_THE_GUESS_S = look_ahead.DELAY_S + 0.05
+
+
+def in_a_fresh_thread(function, *args):
+    """``function(*args)`` in a new thread, with no event loop of the caller's around it."""
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        return pool.submit(function, *args).result()
 
 
 @pytest.mark.parametrize(
@@ -33,9 +42,12 @@ def test_the_next_value_is_one_more_step_the_same_way(control, old, new, expecte
 
 
 def test_without_a_running_loop_nothing_is_prepared() -> None:
-    explorer = GradientSum(reduction="mean", batch=8, devices=2)
-    explorer.batch_slider.value = 9
-    assert set(explorer._results) == {("mean", 8, 2), ("mean", 9, 2)}
+    def learner() -> set:
+        explorer = GradientSum(reduction="mean", batch=8, devices=2)
+        explorer.batch_slider.value = 9
+        return set(explorer._results)
+
+    assert in_a_fresh_thread(learner) == {("mean", 8, 2), ("mean", 9, 2)}
 
 
 def counting_figures(monkeypatch: pytest.MonkeyPatch) -> list[tuple]:
@@ -64,7 +76,7 @@ def test_gradient_sum_prepares_the_next_batch_and_then_shows_it_without_recomput
         assert made.count(("mean", 10, 2)) == 1
         assert explorer.image.value == guessed_png and "10 rows" in explorer.summary.value
 
-    asyncio.run(learner())
+    in_a_fresh_thread(asyncio.run, learner())
 
 
 def test_step_through_draws_the_next_stage_after_next() -> None:
@@ -79,7 +91,7 @@ def test_step_through_draws_the_next_stage_after_next() -> None:
         await asyncio.sleep(AFTER_THE_GUESS_S)
         assert (4, 6) in explorer._records and ((4, 6), STAGES[1].figure) in explorer._pngs
 
-    asyncio.run(learner())
+    in_a_fresh_thread(asyncio.run, learner())
 
 
 def test_a_newer_guess_replaces_a_pending_one_and_a_failing_guess_is_dropped() -> None:
@@ -94,5 +106,5 @@ def test_a_newer_guess_replaces_a_pending_one_and_a_failing_guess_is_dropped() -
         ahead.schedule(lambda: 1 / 0)
         await asyncio.sleep(AFTER_THE_GUESS_S)
 
-    asyncio.run(scenario())
+    in_a_fresh_thread(asyncio.run, scenario())
     assert ran == ["second"] and errors == []

@@ -280,9 +280,7 @@ def main(argv: list[str] | None = None) -> dict:
     with tempfile.TemporaryDirectory(prefix="dpcourse-browser-latency-") as scratch:
         root = Path(scratch) / "root"
         root.mkdir()
-        server = LabServer(root, Path(scratch), {})
-        server.start()
-        try:
+        with LabServer(root, Path(scratch), {}).running() as server:
             with sync_playwright() as playwright:
                 browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
                 page = browser.new_page(viewport={"width": 1280, "height": 900})
@@ -293,8 +291,6 @@ def main(argv: list[str] | None = None) -> dict:
                 )
                 seconds, (machine_after, ours_after) = time.perf_counter() - started, cpu_seconds()
                 browser.close()
-        finally:
-            server.stop()
     print_table(results)
     ours = (ours_after - ours_before) / seconds
     others = (machine_after - machine_before) / seconds - ours

@@ -12,7 +12,6 @@ took, so CI logs show where the time goes.
 
 import os
 import shutil
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -64,14 +63,8 @@ def progress_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def lab(lab_root: Path, progress_file: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LabServer]:
     # The lessons' environment (CPU devices, as the stored outputs) comes with os.environ: tests/conftest.py set it.
     env = {"DPCOURSE_PROGRESS": str(progress_file)}
-    server = LabServer(lab_root, tmp_path_factory.mktemp("lab-state"), env)
-    start = time.monotonic()
-    try:
-        server.start()
-        TIMINGS["JupyterLab start"] = time.monotonic() - start
+    with LabServer(lab_root, tmp_path_factory.mktemp("lab-state"), env).running(TIMINGS) as server:
         yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture(scope="session")

@@ -5,6 +5,7 @@ the current token flag, root needs ``--allow-root``, the news toast only goes aw
 plugin's settings, and ``--LabApp.expose_app_in_browser`` gives tests ``window.jupyterapp``.
 """
 
+import contextlib
 import json
 import os
 import signal
@@ -14,6 +15,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 # User settings for the session (JUPYTERLAB_SETTINGS_DIR): no news or update toasts over the screenshots, every
@@ -101,6 +103,20 @@ class LabServer:
             except (urllib.error.URLError, ConnectionError):
                 time.sleep(0.25)
         raise RuntimeError(f"JupyterLab did not answer /api/status within {START_TIMEOUT_S} s:\n{self.log_tail()}")
+
+    @contextlib.contextmanager
+    def running(
+        self, timings: dict[str, float] | None = None, label: str = "JupyterLab start"
+    ) -> Iterator["LabServer"]:
+        """Start the server, note how long that took under ``label`` in ``timings``, and stop it on the way out."""
+        start = time.monotonic()
+        try:
+            self.start()
+            if timings is not None:
+                timings[label] = time.monotonic() - start
+            yield self
+        finally:
+            self.stop()
 
     def api(self, method: str, path: str) -> object:
         request = urllib.request.Request(f"{self.url}{path}", method=method)

@@ -7,7 +7,6 @@ and lesson 00 of the student edition opens in Chromium, before anything is run.
 """
 
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -53,13 +52,8 @@ def course_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CourseLab]:
     # data folder of the test's own, where dpcourse.open signs the copies and the server checks them.
     settings = {plugin: values for plugin, values in SETTINGS.items() if plugin != NOTIFICATION}
     server = CourseLab(state / "my-course", state, {"JUPYTER_DATA_DIR": str(state / "data")}, settings)
-    start = time.monotonic()
-    try:
-        server.start()
-        TIMINGS["dpcourse.open (copy, trust, start JupyterLab)"] = time.monotonic() - start
+    with server.running(TIMINGS, "dpcourse.open (copy, trust, start JupyterLab)"):
         yield server
-    finally:
-        server.stop()
 
 
 def test_the_learners_folder_holds_the_lessons_only(course_lab: CourseLab) -> None:

@@ -21,8 +21,8 @@ from dpcourse.widgets.latency import EXPLORERS, measure_all, measure_interaction
 from dpcourse.widgets.stages import STAGES
 from dpcourse.widgets.timeline import placeholder_png
 from dpcourse.widgets.timing import MODELS
+from tests.widget_html import PNG, text
 
-PNG = b"\x89PNG\r\n\x1a\n"
 STAGE_NAMES = [
     "inputs", "scatter", "replicate", "parallel_apply", "gather", "loss", "backward (split)", "reduce-add",
     "optimizer step",
@@ -34,10 +34,6 @@ def png(image: widgets.Image) -> bytes:
     """The image's PNG bytes (ipywidgets hands them back as a memoryview)."""
     return bytes(image.value)
 
-
-def text(widget) -> str:
-    """An HTML widget's text without tags, whitespace collapsed."""
-    return " ".join(re.sub(r"<[^>]+>", " ", widget.value).split())
 
 
 def oracle_step(batch: int, lr: float = 0.1) -> dict[str, torch.Tensor]:

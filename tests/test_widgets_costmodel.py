@@ -9,23 +9,12 @@ from dpcourse.costmodel import PRESETS
 from dpcourse.widgets import CostModelCalculator, _base
 from dpcourse.widgets import costmodel as calculator_module
 from dpcourse.widgets.latency import measure_interactions
-
-PNG = b"\x89PNG\r\n\x1a\n"
-
-
-def text(widget) -> str:
-    """An HTML widget's text without tags, whitespace collapsed."""
-    return " ".join(re.sub(r"<[^>]+>", " ", widget.value).split())
+from tests.widget_html import PNG, table_rows, text
 
 
 def ddp_on_8(calculator: CostModelCalculator) -> float:
     return float(re.search(r"DDP on 8 devices: (\d+\.\d+)x", text(calculator.summary)).group(1))
 
-
-def table_rows(calculator: CostModelCalculator) -> dict[str, list[str]]:
-    rows = re.findall(r"<tr>(.*?)</tr>", calculator.terms_table.value)
-    cells = [re.findall(r"<t[hd][^>]*>(.*?)</t[hd]>", row) for row in rows]
-    return {row[0]: row[1:] for row in cells}
 
 
 def test_the_default_is_resnet50_on_8_gpus_over_pcie_where_dp_peaks_before_8_devices():
@@ -44,7 +33,7 @@ def test_the_default_is_resnet50_on_8_gpus_over_pcie_where_dp_peaks_before_8_dev
 
 def test_the_terms_table_lists_every_term_of_the_formula_for_n_2_and_8():
     c = CostModelCalculator()
-    rows = table_rows(c)
+    rows = table_rows(c.terms_table)
     assert rows["term (ms per step)"] == ["one device", "DP n=2", "DP n=8", "DDP n=2", "DDP n=8"]
     model = calculator_module.workload(25_600_000, 256)
     columns = [("single", 1), ("dp", 2), ("dp", 8), ("ddp", 2), ("ddp", 8)]
@@ -109,7 +98,7 @@ def test_a_bigger_batch_hides_more_communication_and_a_bigger_model_costs_more_p
     for label, params in calculator_module.PARAMS:
         c.params_slider.value = params
         assert f": {label} parameters" in text(c.summary)
-        steps.append(float(table_rows(c)["step"][0]))
+        steps.append(float(table_rows(c.terms_table)["step"][0]))
     assert steps == sorted(steps) and steps[0] < steps[-1]
     assert repr(c) == "CostModelCalculator(preset='8 GPUs, PCIe', batch=1024, params=400000000, bandwidth=12)"
 
@@ -143,7 +132,7 @@ def test_an_input_that_makes_no_sense_shows_its_error_and_clears_the_stale_resul
     assert c.summary.value and c.terms_table.value and c.image.layout.display is None
     c.bandwidth_slider.options = [("0 GB/s", 0), *c.bandwidth_slider.options]  # as if the slider went to 0
     c.bandwidth_slider.value = 0
-    assert text(c.message).startswith("ValueError: Hardware.bandwidth must be a number &gt; 0")
+    assert text(c.message).startswith("ValueError: Hardware.bandwidth must be a number > 0")
     assert text(c.message).endswith("not 0.0.")
     assert c.summary.value == "" and c.terms_table.value == "" and c.image.layout.display == "none"
     c.bandwidth_slider.value = 12

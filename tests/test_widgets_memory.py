@@ -9,19 +9,7 @@ from dpcourse import memory
 from dpcourse.memory import MIB, MLP, Setup
 from dpcourse.widgets import MemoryCalculator, _base
 from dpcourse.widgets.latency import measure_interactions
-
-PNG = b"\x89PNG\r\n\x1a\n"
-
-
-def text(widget) -> str:
-    """An HTML widget's text without tags, whitespace collapsed, entities read."""
-    return " ".join(re.sub(r"<[^>]+>", " ", widget.value).replace("&gt;", ">").split())
-
-
-def table_rows(calculator: MemoryCalculator) -> dict[str, list[str]]:
-    rows = re.findall(r"<tr>(.*?)</tr>", calculator.bytes_table.value)
-    cells = [re.findall(r"<t[hd][^>]*>(.*?)</t[hd]>", row) for row in rows]
-    return {row[0]: row[1:] for row in cells}
+from tests.widget_html import PNG, table_rows, text
 
 
 def test_the_default_is_the_lessons_mlp_with_adam_on_4_devices():
@@ -42,7 +30,7 @@ def test_the_table_shows_memory_predict_for_one_device_dataparallel_and_ddp():
                 *memory.predict(Setup(kind="DataParallel", devices=2, **common)).devices,
                 memory.predict(Setup(kind="DDP", devices=2, **common)).devices[0],
                 memory.predict(Setup(kind="DDP", devices=2, bucket_view=True, **common)).devices[0]]
-    rows = table_rows(c)
+    rows = table_rows(c.bytes_table)
     assert rows["MiB"] == ["one device", "DP device 0", "DP device 1", "DDP each rank", "DDP, bucket view"]
     for kind in memory.CATEGORIES:
         if kind in rows:
@@ -67,7 +55,7 @@ def test_every_control_changes_the_prediction():
 def test_one_device_says_there_is_nothing_to_split():
     c = MemoryCalculator(devices=1)
     assert "DataParallel on one device runs the module itself" in text(c.summary)
-    assert "DP device 1" not in table_rows(c)["MiB"]
+    assert "DP device 1" not in table_rows(c.bytes_table)["MiB"]
 
 
 BAD_TEXT = [

@@ -12,8 +12,10 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from dpcourse import examples
+
 from .launcher import device, launch
-from .lesson import data, flat_weights, loss_fn, wrap
+from .lesson import data, flat_weights, loss_fn, max_diff, wrap
 from .syncbn import SyncBatchNorm1d, global_stats
 
 KINDS = {"per-replica BatchNorm1d": nn.BatchNorm1d, "SyncBatchNorm1d": SyncBatchNorm1d}
@@ -32,12 +34,10 @@ def skewed_data(batch: int) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def _one_step(module: nn.Module, x: torch.Tensor, y: torch.Tensor, norm: nn.Module, lr: float = 0.1) -> dict:
-    """One plain SGD step, written out (``torch.optim`` would import ``torch._dynamo`` into the notebook)."""
+    """One plain SGD step (``examples.sgd_step``: ``torch.optim`` would import ``torch._dynamo`` into the notebook)."""
     output = module(x)
     loss_fn(output, y).backward()
-    with torch.no_grad():
-        for parameter in module.parameters():
-            parameter -= lr * parameter.grad
+    examples.sgd_step(module, lr)
     return {"running_mean": norm.running_mean.clone().cpu(), "running_var": norm.running_var.clone().cpu(),
             "output": output.detach().cpu(), "weights": flat_weights(module)}
 
@@ -65,10 +65,6 @@ def single_device(batch: int = 16) -> dict:
     return _one_step(module, *skewed_data(batch), module[1])
 
 
-def _max_diff(a: torch.Tensor, b: torch.Tensor) -> float:
-    return (a - b).abs().max().item()
-
-
 @dataclasses.dataclass
 class BatchNormStep:
     """Each rank's running statistics, output and weights after one step, per kind, and the one-device reference."""
@@ -79,7 +75,7 @@ class BatchNormStep:
     def diff(self, kind: str, what: str) -> list[float]:
         """Per rank: max |rank's ``what`` - one device's|. For ``"output"``, the rank's rows of the reference."""
         rows = self.reference["output"].tensor_split(len(self.ranks))
-        return [_max_diff(r[kind][what], rows[i] if what == "output" else self.reference[what])
+        return [max_diff(r[kind][what], rows[i] if what == "output" else self.reference[what])
                 for i, r in enumerate(self.ranks)]
 
     def __str__(self) -> str:

@@ -25,7 +25,7 @@ import torch
 import torch.distributed as dist
 
 from .launcher import device, launch
-from .lesson import data, flat_weights, loss_fn, model, shard, wrap
+from .lesson import data, flat_weights, loss_fn, max_diff, model, shard, wrap
 
 
 def _train(ddp_model: torch.nn.Module, optimizer: torch.optim.Optimizer, steps: int, batch: int = 8) -> None:
@@ -97,10 +97,6 @@ def _flat(state_dict: dict[str, torch.Tensor]) -> torch.Tensor:
     return torch.cat([t.flatten() for t in state_dict.values()]).cpu()
 
 
-def _max_diff(a: torch.Tensor, b: torch.Tensor) -> float:
-    return (a - b).abs().max().item()
-
-
 @dataclasses.dataclass
 class Checkpoints:
     """What each rank read and loaded, without and with the barrier, and what saving on every rank writes."""
@@ -113,7 +109,7 @@ class Checkpoints:
 
     def diff_to_rank0(self, how: str, weights: str = "weights") -> list[float]:
         """Per rank: max |loaded weights - rank 0's loaded weights|."""
-        return [_max_diff(r[how][weights], self.ranks[0][how][weights]) for r in self.ranks]
+        return [max_diff(r[how][weights], self.ranks[0][how][weights]) for r in self.ranks]
 
     def __str__(self) -> str:
         trained = self.ranks[0]["trained"]
@@ -126,7 +122,7 @@ class Checkpoints:
             f"{[round(d, 4) for d in self.diff_to_rank0('without_barrier', 'after_one_more_step')]}",
             f"with the barrier:    step read per rank {self.read_steps('with_barrier')}, "
             f"max |w - trained weights| per rank "
-            f"{[_max_diff(r['with_barrier']['weights'], trained) for r in self.ranks]}",
+            f"{[max_diff(r['with_barrier']['weights'], trained) for r in self.ranks]}",
             f"tensors saved on {self.ranks[0]['saved_on']}; loaded with map_location=<the rank's device> on "
             f"{[r['loaded_on'] for r in self.ranks]}",
             f"saving on every rank: {len(files)} writes of {files[0]['bytes']} bytes, all the same bytes: "

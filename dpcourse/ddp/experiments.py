@@ -14,11 +14,7 @@ import torch
 import torch.distributed as dist
 
 from .launcher import device, launch
-from .lesson import data, flat_grad, flat_weights, loss_fn, model, shard, single_device, wrap
-
-
-def _max_diff(a: torch.Tensor, b: torch.Tensor) -> float:
-    return (a - b).abs().max().item()
+from .lesson import data, flat_grad, flat_weights, loss_fn, max_diff, model, shard, single_device, wrap
 
 
 def _row(name: str, values: torch.Tensor) -> str:
@@ -68,8 +64,8 @@ class Gradients:
         lines += [_row("sum of ranks", self.sum_of_local[-4:]), _row("mean of ranks", self.mean_of_local[-4:])]
         lines += [_row("DDP, on rank 0", self.synced[0][-4:]), _row("single device, full batch", self.full_batch[-4:])]
         lines.append(_row("mean weighted by shard size", self.size_weighted_mean[-4:]))
-        lines.append(f"DDP = mean of ranks: max |diff| {_max_diff(self.synced[0], self.mean_of_local):.2e}")
-        lines.append(f"DDP = full batch:    max |diff| {_max_diff(self.synced[0], self.full_batch):.2e}")
+        lines.append(f"DDP = mean of ranks: max |diff| {max_diff(self.synced[0], self.mean_of_local):.2e}")
+        lines.append(f"DDP = full batch:    max |diff| {max_diff(self.synced[0], self.full_batch):.2e}")
         return "\n".join(lines)
 
 
@@ -117,14 +113,14 @@ class Training:
 
     def max_diff_to_single_device(self) -> list[float]:
         """Per step: the largest difference between any rank's weights and single-device training's."""
-        return [max(_max_diff(r["weights"][s], w) for r in self.ranks) for s, w in enumerate(self.single_device)]
+        return [max(max_diff(r["weights"][s], w) for r in self.ranks) for s, w in enumerate(self.single_device)]
 
     def matches_single_device(self, tolerance: float = 1e-6) -> bool:
         return max(self.max_diff_to_single_device()) <= tolerance
 
     def __str__(self) -> str:
-        start = [_max_diff(r["before_wrap"], self.ranks[0]["before_wrap"]) for r in self.ranks]
-        wrapped = [_max_diff(r["after_wrap"], self.ranks[0]["before_wrap"]) for r in self.ranks]
+        start = [max_diff(r["before_wrap"], self.ranks[0]["before_wrap"]) for r in self.ranks]
+        wrapped = [max_diff(r["after_wrap"], self.ranks[0]["before_wrap"]) for r in self.ranks]
         same = all(r["same_storage"] for r in self.ranks)
         lines = [f"rank {i}/{len(self.ranks)}: pid {r['pid']}, {r['device']}, {r['backend']}"
                  for i, r in enumerate(self.ranks)]

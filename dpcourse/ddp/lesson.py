@@ -74,6 +74,11 @@ def wrap(module: nn.Module, device: torch.device, sync_buffers: bool = True, **o
     return DistributedDataParallel(module.to(device), device_ids=device_ids, **{sync_option: sync_buffers}, **options)
 
 
+def max_diff(a: torch.Tensor, b: torch.Tensor) -> float:
+    """The largest elementwise ``|a - b|``: how far two ranks', or a rank's and one device's, numbers are apart."""
+    return (a - b).abs().max().item()
+
+
 def flat_grad(module: nn.Module) -> torch.Tensor:
     """Every parameter's ``.grad`` as one vector, in ``parameters()`` order, on the CPU."""
     return torch.cat([p.grad.detach().flatten() for p in module.parameters()]).cpu()

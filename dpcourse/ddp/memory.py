@@ -14,8 +14,9 @@ from collections.abc import Sequence
 import torch
 import torch.distributed as dist
 
+from dpcourse.examples import loss_fn
 from dpcourse.memory.accounting import SavedTensors, device_bytes, state_tensors, storage_bytes
-from dpcourse.memory.workload import Setup, loss_fn, make_optimizer
+from dpcourse.memory.workload import Setup, make_optimizer
 
 from .launcher import device, launch
 from .lesson import shard, wrap

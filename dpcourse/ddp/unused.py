@@ -25,7 +25,7 @@ import torch.distributed as dist
 from torch import nn
 
 from .launcher import device, launch
-from .lesson import data, loss_fn, wrap
+from .lesson import data, loss_fn, model, wrap
 
 
 class TwoHeads(nn.Module):
@@ -40,13 +40,6 @@ class TwoHeads(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.head(torch.relu(self.body(x)))
-
-
-def _deep_mlp(layers: int = 10, width: int = 64) -> nn.Sequential:
-    """Many small layers: the graph walk grows with the number of autograd nodes, the arithmetic stays small."""
-    torch.manual_seed(0)
-    hidden = [layer for _ in range(layers - 2) for layer in (nn.Linear(width, width), nn.ReLU())]
-    return nn.Sequential(nn.Linear(8, width), nn.ReLU(), *hidden, nn.Linear(width, 4))
 
 
 @contextlib.contextmanager
@@ -76,7 +69,7 @@ def _steps(ddp_model: nn.Module, steps: int) -> str | None:
 
 
 def _seconds_per_step(find_unused_parameters: bool, steps: int) -> float:
-    ddp_model = wrap(_deep_mlp(), device(), find_unused_parameters=find_unused_parameters)
+    ddp_model = wrap(model(hidden=64, depth=10), device(), find_unused_parameters=find_unused_parameters)
     _steps(ddp_model, 2)  # warm-up: the first iterations build and rebuild the buckets
     dist.barrier()
     started = time.perf_counter()
@@ -90,8 +83,7 @@ def _unused(timing_steps: int) -> dict:
     found = wrap(TwoHeads(), here, find_unused_parameters=True)
     found_error = _steps(found, 3)
     static_error = _steps(wrap(TwoHeads(), here, static_graph=True), 3)
-    nothing_unused = wrap(nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4)), here,
-                          find_unused_parameters=True)
+    nothing_unused = wrap(model(), here, find_unused_parameters=True)
     with tempfile.NamedTemporaryFile(suffix=".log") as log:
         with _stderr_to(log.name):
             _steps(nothing_unused, 2)

@@ -11,11 +11,12 @@ profiler, and ``cuda_peaks`` ``torch.cuda.max_memory_allocated`` on GPUs, for th
 (``peak``).
 """
 
+from ..examples import loss_fn
 from .accounting import CATEGORIES, MIB, Breakdown, SavedTensors, state_tensors, storage_bytes
 from .calculator import chunk_sizes, optimizer_state_bytes, predict
 from .measure import CountingDataParallel, copies_alive_at_the_sum, measure, measure_ddp
 from .peak import Timeline, cuda_peaks, timeline
-from .workload import KINDS, MLP, OPTIMIZERS, Setup, loss_fn, make_optimizer
+from .workload import KINDS, MLP, OPTIMIZERS, Setup, make_optimizer
 
 __all__ = [
     "CATEGORIES",

@@ -24,8 +24,9 @@ import dpcourse
 from dpcourse.data_parallel import DataParallel
 from dpcourse.replicate import tensor_at
 
+from ..examples import loss_fn
 from .accounting import Breakdown, SavedTensors, device_bytes, state_tensors, storage_bytes
-from .workload import Setup, loss_fn, make_optimizer
+from .workload import Setup, make_optimizer
 
 
 class _Counted(nn.Module):

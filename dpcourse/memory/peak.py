@@ -24,8 +24,9 @@ from torch.profiler import ProfilerActivity, profile, record_function
 
 import dpcourse
 
+from ..examples import loss_fn
 from .accounting import state_tensors, storage_bytes
-from .workload import Setup, loss_fn, make_optimizer
+from .workload import Setup, make_optimizer
 
 PHASES = ("forward", "loss", "backward", "optimizer step")
 

@@ -11,8 +11,9 @@ import math
 from collections.abc import Iterable
 
 import torch
-import torch.nn.functional as F
 from torch import nn
+
+from .. import examples
 
 KINDS = ("one device", "DataParallel", "DDP")
 OPTIMIZERS = ("SGD", "SGD with momentum", "Adam")
@@ -72,13 +73,8 @@ class MLP:
         return self.features + (self.depth - 1) * self.width
 
     def build(self, seed: int = 0) -> nn.Sequential:
-        """The model, initialised from ``seed`` without touching the global random state."""
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(seed)
-            layers: list[nn.Module] = []
-            for i, (a, b) in enumerate(itertools.pairwise(self.layer_sizes)):
-                layers += [nn.Linear(a, b)] + ([nn.ReLU()] if i < self.depth - 1 else [])
-            return nn.Sequential(*layers)
+        """The model, initialised from ``seed`` without touching the global random state (``examples.mlp``)."""
+        return examples.mlp(self.layer_sizes, seed)
 
     def batch(self, samples: int, seed: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
         """``samples`` random inputs and class labels, the same every time for the same seed."""
@@ -87,9 +83,6 @@ class MLP:
         return x, torch.randint(0, self.classes, (samples,), generator=generator)
 
 
-def loss_fn(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-    """Cross-entropy, the mean over the samples: it saves its log-softmax, one float per class and sample."""
-    return F.cross_entropy(output, target)
 
 
 def make_optimizer(name: str, parameters: Iterable[torch.Tensor]) -> torch.optim.Optimizer:

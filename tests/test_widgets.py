@@ -15,7 +15,15 @@ import torch.nn.functional as F
 import dpcourse
 import dpcourse.scatter_gather
 from dpcourse import examples
-from dpcourse.widgets import ChunkExplorer, CostModelCalculator, GradientSum, StepThrough, Timeline, _base
+from dpcourse.widgets import (
+    ChunkExplorer,
+    CostModelCalculator,
+    GradientSum,
+    MemoryCalculator,
+    StepThrough,
+    Timeline,
+    _base,
+)
 from dpcourse.widgets import timeline as timeline_module
 from dpcourse.widgets.latency import EXPLORERS, measure_all, measure_interactions
 from dpcourse.widgets.stages import STAGES
@@ -326,7 +334,7 @@ def test_an_error_hides_the_figure_of_the_previous_setting(monkeypatch):
     assert explorer.message.value and explorer.image.layout.display == "none"
 
 
-@pytest.mark.parametrize("make", [ChunkExplorer, GradientSum, Timeline, CostModelCalculator])
+@pytest.mark.parametrize("make", [ChunkExplorer, GradientSum, Timeline, CostModelCalculator, MemoryCalculator])
 def test_figures_are_drawn_at_twice_the_width_they_are_shown_at(make):
     explorer = make()
     shown = explorer.image.layout.width

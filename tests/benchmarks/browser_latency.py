@@ -121,7 +121,7 @@ def explorers_as_in_the_lessons() -> dict[str, str]:
 
 
 def control_kinds(expression: str) -> dict[str, str]:
-    """Each control of the explorer ``expression`` builds, in order: "button", "toggle" or "slider"."""
+    """Each control of the explorer ``expression`` builds, in order: "button", "toggle", "slider" or "box"."""
     explorer = eval(expression, {"widgets": widgets})  # our own lessons' text, from explorers_as_in_the_lessons
     kinds = {}
     for name, control in explorer.controls.items():
@@ -129,8 +129,12 @@ def control_kinds(expression: str) -> dict[str, str]:
             kinds[name] = "button"
         elif isinstance(control, ipywidgets.ToggleButtons):
             kinds[name] = "toggle"
-        else:
+        elif isinstance(control, ipywidgets.IntSlider | ipywidgets.FloatSlider | ipywidgets.SelectionSlider):
             kinds[name] = "slider"
+        elif isinstance(control, ipywidgets.Text):  # a Combobox too: typed in, sent on Enter
+            kinds[name] = "box"
+        else:
+            raise TypeError(f"{name} is a {type(control).__name__}: the benchmark does not know how a learner uses it")
     return kinds
 
 
@@ -170,6 +174,12 @@ def use_control(page, tag: str, name: str, kind: str, clicks: int) -> list[dict]
         active = next(i for i, names in enumerate(classes) if "mod-active" in names.split())
         for index in [i for i in range(len(classes)) if i != active] + [active]:
             times.append(timed(page, tag, options.nth(index).click))
+    elif kind == "box":  # each value the box lists, then the one it started with, typed and sent with Enter
+        box = control.locator("input")
+        start, listed = box.input_value(), control.locator("datalist option")
+        values = [listed.nth(i).get_attribute("value") for i in range(listed.count())]
+        for value in [v for v in values if v != start] + [start]:
+            times.append(timed(page, tag, lambda value=value: (box.fill(value), box.press("Enter"))))
     else:
         handle = control.locator(".noUi-handle")
         low, now, high = (int(float(handle.get_attribute(f"aria-value{a}"))) for a in ("min", "now", "max"))

@@ -14,7 +14,6 @@ the answer either.
 """
 
 import functools
-import importlib.util
 import re
 from pathlib import Path
 
@@ -23,6 +22,7 @@ import nbformat
 import pytest
 
 from dpcourse.quiz import load_lesson
+from tests.site_builder import site_builder
 
 REPO = Path(__file__).parents[1]
 NOTEBOOKS = REPO / "notebooks"
@@ -191,10 +191,7 @@ def test_a_collapsed_output_follows_a_quiz(lesson):
 
 @functools.cache
 def site_exporters():
-    spec = importlib.util.spec_from_file_location("build_site", REPO / "docs" / "build_site.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.exporters()
+    return site_builder().exporters()
 
 
 @pytest.mark.parametrize("lesson", LESSONS)

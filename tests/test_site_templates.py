@@ -5,23 +5,18 @@ controls are disabled in the browser, checked by tests/browser/test_static_site.
 an output that reveals a quiz's answer must each be inside a closed ``<details>``, on the page and in the slides.
 """
 
-import importlib.util
 import re
 from pathlib import Path
 
 import nbformat
 import pytest
 
+from tests.site_builder import site_builder
+
 REPO = Path(__file__).parents[1]
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
 
-
-def load_builder():
-    spec = importlib.util.spec_from_file_location("build_site", REPO / "docs" / "build_site.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def small_notebook() -> nbformat.NotebookNode:
@@ -42,7 +37,7 @@ def small_notebook() -> nbformat.NotebookNode:
 
 @pytest.fixture(scope="module")
 def pages() -> dict[str, str]:
-    page, slides = load_builder().exporters()
+    page, slides = site_builder().exporters()
     return {
         name: exporter.from_notebook_node(small_notebook(), resources={"metadata": {"name": "small"}})[0]
         for name, exporter in (("page", page), ("slides", slides))

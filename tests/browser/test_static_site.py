@@ -11,7 +11,6 @@ solutions and outputs that reveal a quiz's answer, is in closed ``<details>`` on
 
 import functools
 import http.server
-import importlib.util
 import re
 import threading
 import time
@@ -21,11 +20,12 @@ from urllib.parse import urlparse
 
 import nbformat
 import pytest
-from browser_setup import ARTIFACTS, ROOT, TIMINGS, lesson_notebooks
+from browser_setup import ARTIFACTS, TIMINGS, lesson_notebooks
 from lab_notebook import stored_widget_views
 from playwright.sync_api import Page, Route, expect
 
 from dpcourse.quiz import find_question
+from tests.site_builder import site_builder
 
 pytestmark = pytest.mark.browser
 
@@ -58,19 +58,13 @@ NO_KERNEL_STATE = """() => {
 }"""
 
 
-def load_builder():
-    spec = importlib.util.spec_from_file_location("build_site", ROOT / "docs" / "build_site.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("site") / "site"
     start = time.monotonic()
     try:
-        load_builder().build(NOTEBOOKS, out)
+        site_builder().build(NOTEBOOKS, out)
     except SystemExit as error:  # the builder's message says what to run, e.g. `npm ci --prefix docs/site`
         pytest.fail(f"docs/build_site.py: {error}", pytrace=False)
     TIMINGS["static site build (docs/build_site.py)"] = time.monotonic() - start

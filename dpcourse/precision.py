@@ -155,12 +155,22 @@ def gradient_underflow(multipliers: Sequence[float] = (1.0, 1e-4, 1e-6), batch: 
         exact = _gradient(multiplier, None, 1.0, batch)
         for how, (dtype, scale) in ways.items():
             got = _gradient(multiplier, dtype, scale, batch)
-            rows.append({
-                "multiplier": multiplier, "how": how,
-                "lost": ((got == 0) & (exact != 0)).float().mean().item(),
-                "relative_error": ((got - exact).abs().max() / exact.abs().max()).item(),
-            })
+            errors = gradient_errors(exact, got)
+            rows.append({"multiplier": multiplier, "how": how, "lost": errors["lost"],
+                         "relative_error": errors["relative_error"]})
     return Underflow(rows)
+
+
+def gradient_errors(exact: torch.Tensor, got: torch.Tensor) -> dict:
+    """How far a low-precision gradient ``got`` is from ``exact``: largest and relative error (NaN as soon as one entry
+    is not finite), the share of entries that became 0, and how many are inf or NaN."""
+    error = (got - exact).abs().max().item() if torch.isfinite(got).all() else float("nan")
+    return {
+        "max_abs_error": error,
+        "relative_error": error / exact.abs().max().item(),
+        "lost": ((got == 0) & (exact != 0)).float().mean().item(),
+        "not_finite": int((~torch.isfinite(got)).sum()),
+    }
 
 
 class PlainSGD:

@@ -19,6 +19,8 @@ import torch
 import torch.distributed as dist
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
+from dpcourse.precision import gradient_errors
+
 from .launcher import device, launch
 from .lesson import data, flat_grad, loss_fn, model, shard, wrap
 
@@ -73,17 +75,6 @@ def _gradients(batch: int, multipliers: list[float], hooks: list[str]) -> dict:
     return {"grads": grads, "bf16_compress_hook": _refused_bf16_hook()}
 
 
-def _errors(exact: torch.Tensor, got: torch.Tensor) -> dict:
-    """How far ``got`` is from ``exact``: the errors are NaN as soon as one entry is not finite."""
-    error = (got - exact).abs().max().item() if torch.isfinite(got).all() else float("nan")
-    return {
-        "max_abs_error": error,
-        "relative_error": error / exact.abs().max().item(),
-        "lost": ((got == 0) & (exact != 0)).float().mean().item(),
-        "not_finite": int((~torch.isfinite(got)).sum()),
-    }
-
-
 def _multiplier(value: float) -> str:
     """``2**16`` for a power of two from 2 up, else ``1`` or ``1e-06``."""
     exponent = torch.tensor(value).log2().item()
@@ -106,7 +97,7 @@ class Compression:
             if name != "none":
                 exact = self.grads[(multiplier, "none")]
                 rows.append({"multiplier": multiplier, "hook": name, "largest": exact.abs().max().item(),
-                             **_errors(exact, got)})
+                             **gradient_errors(exact, got)})
         return rows
 
     def __str__(self) -> str:

@@ -25,16 +25,16 @@ from .allreduce import reduce_then_broadcast, ring_all_reduce
 from .launcher import device, launch
 from .traffic import counted
 
-ALGORITHMS = {"reduce-then-broadcast": reduce_then_broadcast, "ring": ring_all_reduce, "gloo": None}
-
-
 def _gloo(tensor: torch.Tensor, group: dist.ProcessGroup) -> None:
     dist.all_reduce(tensor, group=group)
 
 
+ALGORITHMS = {"reduce-then-broadcast": reduce_then_broadcast, "ring": ring_all_reduce, "gloo": _gloo}
+
+
 def _run(name: str, numel: int, group: dist.ProcessGroup, repeats: int) -> dict:
     rank = dist.get_rank(group)
-    algorithm = ALGORITHMS[name] or _gloo
+    algorithm = ALGORITHMS[name]
     tensor = torch.arange(numel, dtype=torch.float32, device=device()) % 7 + rank
     expected = tensor.clone()
     dist.all_reduce(expected, group=group)

@@ -25,6 +25,7 @@ from .allreduce import reduce_then_broadcast, ring_all_reduce
 from .launcher import device, launch
 from .traffic import counted
 
+
 def _gloo(tensor: torch.Tensor, group: dist.ProcessGroup) -> None:
     dist.all_reduce(tensor, group=group)
 

@@ -39,6 +39,7 @@ def _under_torchrun(args: argparse.Namespace) -> Training | None:
           f"last local loss {mine['losses'][-1]:.4f}", flush=True)
     ranks = [None] * world if rank == 0 else None
     dist.gather_object(mine, ranks, dst=0)
+    dist.barrier()  # nobody tears down its end of the group while another rank still uses it
     dist.destroy_process_group()
     return Training(ranks, single_device(args.steps, args.batch, args.lr)["weights"]) if rank == 0 else None
 

@@ -16,8 +16,7 @@ import torch
 
 from dpcourse import ddp, ddp_train
 from dpcourse.trace import Trace
-
-ROOT = Path(__file__).resolve().parent.parent
+from tests.torchrun_runs import TEARDOWN_ABORT, crashed_after_finishing, run_torchrun
 
 
 def assert_all_gone(pids: list[int]) -> None:
@@ -185,11 +184,19 @@ def test_the_script_started_by_dpcourse(capsys):
 
 
 def test_the_script_under_torchrun():
-    torchrun = Path(sys.executable).parent / "torchrun"
-    command = [str(torchrun), "--standalone", "--nproc_per_node=2", "-m", "dpcourse.ddp_train", "--steps", "3"]
-    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr
+    matched = "weights equal single-device training: True"
+    done = run_torchrun("dpcourse.ddp_train", ["--steps", "3"], finished=lambda out: matched in out)
+    assert done.returncode == 0, f"stdout:\n{done.stdout}\nstderr:\n{done.stderr}"
     assert "[rank 0/2 pid" in done.stdout and "[rank 1/2 pid" in done.stdout
     assert "2 ranks started by torchrun, 3 steps" in done.stdout
     assert "step 3: local losses" in done.stdout
-    assert "weights equal single-device training: True" in done.stdout
+    assert matched in done.stdout
+
+
+def test_a_torchrun_run_is_repeated_only_for_an_abort_after_its_work_was_done():
+    finished = lambda out: "done" in out  # noqa: E731
+    abort = f"...\n{TEARDOWN_ABORT}\n"
+    assert crashed_after_finishing(subprocess.CompletedProcess([], -6, "done", abort), finished)
+    assert not crashed_after_finishing(subprocess.CompletedProcess([], -6, "half", abort), finished)
+    assert not crashed_after_finishing(subprocess.CompletedProcess([], 1, "done", "Traceback ..."), finished)
+    assert not crashed_after_finishing(subprocess.CompletedProcess([], 0, "done", ""), finished)

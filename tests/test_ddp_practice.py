@@ -14,6 +14,7 @@ from torch.utils.data import DistributedSampler
 from dpcourse.ddp import batchnorm, checkpoint, sampling, syncbn, uneven, unused
 from dpcourse.ddp.torchrun import torchrun
 from dpcourse.scripts import train_dp
+from tests.torchrun_runs import run_torchrun
 
 
 @pytest.fixture(scope="module")
@@ -153,10 +154,12 @@ def test_sync_batchnorm1d_matches_torchs_sync_batchnorm_on_gpus():
 def test_the_ddp_script_under_torchrun_reaches_the_dataparallel_scripts_weights(tmp_path, capsys):
     train_dp.main(["--devices", "2", "--out", str(tmp_path / "dp.pt")])
     dp_printed = capsys.readouterr().out
-    ran = torchrun("dpcourse.scripts.train_ddp", ["--out", str(tmp_path / "ddp.pt")], nproc=2, timeout=120)
-    assert ran.returncode == 0, ran.stderr
+    saved = tmp_path / "ddp.pt"
+    ran = run_torchrun("dpcourse.scripts.train_ddp", ["--out", str(saved)],
+                       finished=lambda out: out == dp_printed and saved.exists())
+    assert ran.returncode == 0, f"stdout:\n{ran.stdout}\nstderr:\n{ran.stderr}"
     assert ran.stdout == dp_printed  # rank 0 prints the average of every rank's loss: the same numbers
-    dp, ddp = torch.load(tmp_path / "dp.pt"), torch.load(tmp_path / "ddp.pt")
+    dp, ddp = torch.load(tmp_path / "dp.pt"), torch.load(saved)
     assert list(dp) == list(ddp)
     for name in dp:
         torch.testing.assert_close(ddp[name], dp[name], rtol=0, atol=1e-6)

@@ -7,6 +7,7 @@ canvas's renderer), for the figures the lessons, the explorers and the quizzes d
 import functools
 import itertools
 
+import ipywidgets
 import pytest
 import torch
 from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -14,7 +15,7 @@ from matplotlib.figure import Figure
 from matplotlib.text import Text
 
 import dpcourse
-from dpcourse import accumulation, examples, memory, precision, viz
+from dpcourse import accumulation, examples, memory, precision, viz, widgets
 from dpcourse.costmodel import PRESETS, Workload
 from dpcourse.ddp import collectives, compare
 from dpcourse.ddp.compression import Compression
@@ -23,6 +24,8 @@ from dpcourse.memory import MLP, Setup
 from dpcourse.quiz import EXPERIMENTS, run_experiment
 from dpcourse.viz.gallery import FIGURES as GALLERY
 from dpcourse.viz.gallery import example_trace
+from dpcourse.widgets import _base as widgets_base
+from dpcourse.widgets import timeline as widgets_timeline
 
 TOLERANCE_PX = 1.0  # anti-aliasing: boxes that only touch are not an overlap
 on_ranks = functools.cache(collectives.collectives)  # one launch of real ranks for lesson 13's five figures
@@ -134,3 +137,51 @@ def test_no_quiz_experiment_figure_has_overlapping_text():
     drawn = {name: fig for name, fig in figures.items() if fig is not None}
     assert drawn, "no quiz experiment drew a figure"
     assert {name: found for name, fig in drawn.items() if (found := problems(fig))} == {}
+
+
+def _settings(control) -> list:
+    """The settings a figure is checked at: every option of a toggle, the two ends of a slider."""
+    if isinstance(control, ipywidgets.ToggleButtons):
+        return [option[1] if isinstance(option, tuple) else option for option in control.options]
+    if hasattr(control, "options"):
+        return [control.options[0][1] if isinstance(control.options[0], tuple) else control.options[0],
+                control.options[-1][1] if isinstance(control.options[-1], tuple) else control.options[-1]]
+    return [control.min, control.max]
+
+
+def _corners(explorer) -> list[dict]:
+    """Every toggle option with every slider at its start, and again with every slider at its end."""
+    settable = {name: control for name, control in explorer.controls.items()
+                if not isinstance(control, ipywidgets.Button)}
+    toggles = [name for name, control in settable.items() if isinstance(control, ipywidgets.ToggleButtons)]
+    sliders = [name for name in settable if name not in toggles]
+    corners = []
+    for options in itertools.product(*(_settings(settable[name]) for name in toggles)):
+        for end in (0, -1):
+            corners.append(dict(zip(toggles, options, strict=True)) | {n: _settings(settable[n])[end] for n in sliders})
+    return corners
+
+
+@pytest.mark.parametrize("name", widgets.__all__)
+def test_no_explorer_figure_has_overlapping_text_at_its_controls_ends(name, monkeypatch):
+    # At each corner, every button is pressed as a learner would: Next until the last stage, Run once.
+    drawn = []
+
+    def checked_png(fig: Figure, *args, **kwargs) -> bytes:
+        drawn.append((repr(explorer), problems(fig)))
+        return b""
+
+    monkeypatch.setattr(widgets_base, "png_bytes", checked_png)
+    monkeypatch.setattr(widgets_timeline, "png_bytes", checked_png)
+    explorer = getattr(widgets, name)()
+    buttons = [c for c in explorer.controls.values() if isinstance(c, ipywidgets.Button)]
+    for corner in _corners(explorer):
+        for control_name, value in corner.items():
+            explorer.controls[control_name].value = value
+        for button in buttons:
+            for _ in range(1 if button is getattr(explorer, "run_button", None) else 8):
+                if not button.disabled:
+                    button.click()
+        assert explorer.message.value == "", explorer.message.value
+    assert drawn, f"{name} drew no figure"
+    assert [(setting, found) for setting, found in drawn if found] == []

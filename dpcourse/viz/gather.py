@@ -45,7 +45,8 @@ def gather_view(
     warning = str(caught[0].message) if caught else None
     owners = [int(v) for v in gathered.reshape(len(gathered), -1)[:, 0].tolist()]  # a row holds its replica number
 
-    fig = new_figure(height=2.2 + 0.32 * (sum(sizes) + GAP * len(sizes)) + (0.6 if warning else 0), width=7.5)
+    rows_height = max(0.8, 0.32 * (sum(sizes) + GAP * len(sizes)))  # at least the axis label's length
+    fig = new_figure(height=2.2 + rows_height + (0.6 if warning else 0), width=7.5)
     ax = fig.subplots()
     top = 0.0
     for i, (output, size) in enumerate(zip(outputs, sizes, strict=True)):
@@ -69,11 +70,12 @@ def gather_view(
     ax.set_xticks([OUTPUT_X + 0.5, GATHERED_X + 0.5], columns)
     ax.set_yticks([])
     ax.set_xlabel("step: outputs (left) are copied, in replica order, into one new tensor (right)")
-    ax.set_ylabel(f"rows of the gathered tensor, shape {list(gathered.shape)}")
+    ax.set_ylabel("rows of the gathered tensor")  # its shape is in the title
     for side in ("top", "right", "left"):
         ax.spines[side].set_visible(False)
     legend_below(fig, device_handles(devices))
-    what = f"{len(sizes)} scalars" if scalars else f"outputs of {', '.join(map(str, sizes))} rows"
+    rows = "row" if sizes == [1] else "rows"
+    what = f"{len(sizes)} scalars" if scalars else f"outputs of {', '.join(map(str, sizes))} {rows}"
     fig.suptitle(f"gather: {what} → one tensor of shape {list(gathered.shape)} on {gathered.device}")
     if warning:
         ax.set_title("gather warned, UserWarning:\n" + textwrap.fill(warning, 80), fontsize=8,

@@ -171,7 +171,7 @@ def per_replica_mean_bias(batch: int = 7, n_devices: int = 2) -> Figure:
     fractions = list(dict.fromkeys(f"1/{len(chunks) * b}" for b in chunks))
     verdict = f"weighs samples {', '.join(fractions)}, not 1/{batch}" if fractions != [f"1/{batch}"] else (
         f"weighs every sample 1/{batch}, as one device does")
-    fig.suptitle(f"{batch} samples on {len(chunks)} devices (chunks {', '.join(map(str, chunks))}): "
+    fig.suptitle(f"{batch} samples on {len(chunks)} devices (chunks {', '.join(map(str, chunks))}):\n"
                  f"a mean of means {verdict}")
     fig.dpcourse_data = {
         "chunks": chunks, "weights": weights, "expected_weights": [1 / (len(chunks) * chunks[j]) for j in owners],

@@ -24,9 +24,12 @@ PHASE_COLORS = {"forward": "#44BB99", "loss": "#EEDD88", "backward": "#EE8866", 
 def _title(breakdown: Breakdown) -> str:
     s = breakdown.setup
     if s.kind == "one device":
-        return f"one device\nbatch {s.batch}, {s.optimizer}"
+        return f"one device\nbatch {s.batch}\n{s.optimizer}"
     units = "ranks" if s.kind == "DDP" else "devices"
-    return f"{s.kind}, {s.devices} {units}\nbatch {s.batch} in all, {s.optimizer}"
+    return f"{s.kind}, {s.devices} {units}\nbatch {s.batch} in all\n{s.optimizer}"
+
+
+NARROWEST = 2.6  # a panel's width in bars: room for its title above a single bar
 
 
 TITLE = "What each device holds over one training step"
@@ -36,12 +39,12 @@ def memory_bars(breakdowns: Sequence[Breakdown], title: str = TITLE) -> Figure:
     """One panel per breakdown, one stacked bar per device (MiB, or GiB from 1 GiB), device 0's surplus hatched."""
     if not breakdowns:
         raise ValueError("memory_bars needs at least one Breakdown, e.g. dpcourse.memory.measure(Setup()).")
-    widths = [len(b.devices) + 0.6 for b in breakdowns]
+    widths = [max(NARROWEST, len(b.devices) + 0.6) for b in breakdowns]
     figure = new_figure(height=4.6, width=min(9.0, max(7.5, 1.6 + 0.75 * sum(widths))))  # 7.5: room for the legend
     axes = figure.subplots(1, len(breakdowns), sharey=True, width_ratios=widths, squeeze=False)[0]
     unit, scale = ("GiB", 2**30) if max(max(b.totals) for b in breakdowns) >= 2**30 else ("MiB", MIB)
     top = max(max(b.totals) for b in breakdowns) / scale
-    for ax, breakdown in zip(axes, breakdowns, strict=True):
+    for ax, breakdown, width in zip(axes, breakdowns, widths, strict=True):
         surplus = breakdown.surplus() if breakdown.setup.kind == "DataParallel" else {}
         positions = range(len(breakdown.devices))
         bottoms = [0.0 for _ in positions]
@@ -62,7 +65,8 @@ def memory_bars(breakdowns: Sequence[Breakdown], title: str = TITLE) -> Figure:
             label.set_color(device_color(i) if breakdown.totals[i] else IDLE_COLOR)
         ax.set_xlabel(breakdown.unit)
         ax.set_ylabel(unit)
-        ax.set_xlim(-0.7, len(breakdown.devices) - 0.3)
+        middle, half = (len(breakdown.devices) - 1) / 2, (width - 0.2) / 2  # every panel: bars of one width
+        ax.set_xlim(middle - half, middle + half)
         ax.set_title(_title(breakdown), fontsize="small")
     axes[0].set_ylim(0, top * 1.12)
     handles = [Patch(color=CATEGORY_COLORS[name], label=name) for name in CATEGORIES

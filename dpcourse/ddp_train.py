@@ -31,7 +31,14 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def _under_torchrun(args: argparse.Namespace) -> Training | None:
+def _report(result: Training, launcher: str, args: argparse.Namespace) -> int:
+    """Print the comparison with single-device training; 0 if every rank's weights match it, else 1."""
+    print(f"{len(result.ranks)} ranks started by {launcher}, {args.steps} steps, global batch {args.batch}")
+    print(result, flush=True)
+    return 0 if result.matches_single_device() else 1
+
+
+def _under_torchrun(args: argparse.Namespace) -> int:
     init_from_env()
     rank, world = dist.get_rank(), dist.get_world_size()
     mine = _training(args.steps, args.batch, args.lr)
@@ -39,24 +46,19 @@ def _under_torchrun(args: argparse.Namespace) -> Training | None:
           f"last local loss {mine['losses'][-1]:.4f}", flush=True)
     ranks = [None] * world if rank == 0 else None
     dist.gather_object(mine, ranks, dst=0)
-    dist.barrier()  # nobody tears down its end of the group while another rank still uses it
+    code = 0
+    if rank == 0:
+        code = _report(Training(ranks, single_device(args.steps, args.batch, args.lr)["weights"]), "torchrun", args)
+    dist.barrier()  # everything is printed, and no rank uses the group any more, before any rank tears down
     dist.destroy_process_group()
-    return Training(ranks, single_device(args.steps, args.batch, args.lr)["weights"]) if rank == 0 else None
+    return code
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parse(argv)
     if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
-        result = _under_torchrun(args)
-        launcher = "torchrun"
-    else:
-        result = train(args.nproc, args.steps, args.batch, args.lr)
-        launcher = "dpcourse.ddp.launch"
-    if result is None:
-        return 0
-    print(f"{len(result.ranks)} ranks started by {launcher}, {args.steps} steps, global batch {args.batch}")
-    print(result, flush=True)
-    return 0 if result.matches_single_device() else 1
+        return _under_torchrun(args)
+    return _report(train(args.nproc, args.steps, args.batch, args.lr), "dpcourse.ddp.launch", args)
 
 
 if __name__ == "__main__":

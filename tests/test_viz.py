@@ -142,7 +142,7 @@ def test_gradient_sum_numbers_match_an_independent_single_device_run(reduction):
         (F.cross_entropy(model(x[rows]), y[rows], reduction="sum") / scale).backward()
         torch.testing.assert_close(data["per_replica"][j], model[0].weight.grad, atol=1e-6, rtol=1e-5)
     entries = data["entries"]
-    drawn = heights(fig, "contribution")
+    drawn = [bar.get_height() for bar in sorted(patches(fig, "contribution"), key=lambda bar: bar.get_x())]
     expected = [data["per_replica"][j].flatten()[e].item() for e in entries for j in range(4)]
     assert drawn == pytest.approx(expected)
     assert heights(fig, "sum") == pytest.approx([data["sum"].flatten()[e].item() for e in entries])

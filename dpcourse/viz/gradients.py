@@ -89,15 +89,18 @@ def gradient_sum(
     # A bar's base is "sticky": autoscaling adds no margin beyond it. A waterfall bar's base can be the lowest
     # point of the plot, and the bar ending there looked cut off by the frame.
     ax.use_sticky_edges = False
-    group = len(per_replica) + 3
-    for g, e in enumerate(entries):
-        x0, running = g * group, 0.0
-        for j, grad in enumerate(per_replica):
-            value = grad.flatten()[e].item()
-            ax.bar(x0 + j, value, bottom=running, color=device_color(j), width=0.9, gid="contribution")
-            running += value
-        ax.bar(x0 + len(per_replica), total.flatten()[e].item(), color=COMBINED_COLOR, width=0.9, gid="sum")
-        ax.bar(x0 + len(per_replica) + 1, single.flatten()[e].item(), width=0.9, gid="single", **REFERENCE)
+    group = len(per_replica) + 3  # per entry: a bar per replica, the sum, the single device, a gap
+    starts = [g * group for g in range(len(entries))]
+    running = [0.0] * len(entries)
+    for j, grad in enumerate(per_replica):  # one call per replica, for all entries: a call per bar is slow
+        values = grad.flatten()[entries].tolist()
+        ax.bar([x0 + j for x0 in starts], values, bottom=running, color=device_color(j), width=0.9,
+               gid="contribution")
+        running = [r + v for r, v in zip(running, values, strict=True)]
+    ax.bar([x0 + len(per_replica) for x0 in starts], total.flatten()[entries].tolist(), color=COMBINED_COLOR,
+           width=0.9, gid="sum")
+    ax.bar([x0 + len(per_replica) + 1 for x0 in starts], single.flatten()[entries].tolist(), width=0.9,
+           gid="single", **REFERENCE)
     ax.axhline(0, color="black", linewidth=0.8)
     ax.set_xticks([g * group + (group - 2) / 2 for g in range(len(entries))], _entry_labels(single, entries))
     ax.set_xlabel(f"the {len(entries)} largest entries of the gradient of {name}, by index")

@@ -12,6 +12,7 @@ import concurrent.futures
 import ipywidgets as widgets
 import pytest
 
+from dpcourse.viz.png import png_bytes
 from dpcourse.widgets import GradientSum, StepThrough, gradients, look_ahead
 from dpcourse.widgets.look_ahead import LookAhead, next_value
 from dpcourse.widgets.stages import STAGES
@@ -108,3 +109,14 @@ def test_a_newer_guess_replaces_a_pending_one_and_a_failing_guess_is_dropped() -
 
     in_a_fresh_thread(asyncio.run, scenario())
     assert ran == ["second"] and errors == []
+
+
+def test_devices_beyond_the_batch_size_reuse_the_figure_of_as_many_devices_as_rows(monkeypatch) -> None:
+    made = counting_figures(monkeypatch)
+    explorer = GradientSum(reduction="per-replica mean", batch=2, devices=2)
+    shown, summary = explorer.image.value, explorer.summary.value
+    for devices in (8, 3):  # still 2 chunks, 2 devices working: the same run
+        explorer.devices_slider.value = devices
+        assert (explorer.image.value, explorer.summary.value) == (shown, summary)
+    assert made == [("per-replica mean", 2, 2)]
+    assert png_bytes(gradients.gradient_figure("per-replica mean", 2, 8)) == shown  # what a fresh run draws

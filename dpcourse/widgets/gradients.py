@@ -56,6 +56,13 @@ def gradient_figure(reduction: str, batch: int, n_devices: int) -> Figure:
     return viz.gradient_sum(batch=batch, n_devices=n_devices, reduction=reduction)
 
 
+def _run_as(reduction: str, batch: int, n_devices: int) -> tuple[str, int, int]:
+    """The setting that runs exactly as this one: scatter cuts ``batch`` rows into at most ``batch`` chunks, so
+    devices beyond that sit idle, and the run and its figure are those of ``batch`` devices. Both share one
+    cached result: moving the devices slider past the batch size shows it at once."""
+    return reduction, batch, min(n_devices, batch)
+
+
 class GradientSum(Explorer):
     """Choose the loss reduction, batch size and devices -> the first weight's gradient under DataParallel,
     its difference from single-device training (``difference``, in words in ``summary``) and the figure.
@@ -81,13 +88,13 @@ class GradientSum(Explorer):
 
     @reports_errors
     def _update(self, change: dict | None = None) -> None:
-        setting = (self.reduction_toggle.value, self.batch_slider.value, self.devices_slider.value)
+        setting = _run_as(self.reduction_toggle.value, self.batch_slider.value, self.devices_slider.value)
         self.difference, text = self._prepare(setting)
         self.show_figure(setting, lambda: gradient_figure(*setting))  # rendered by _prepare
         self.summary.value = paragraph(text)
         guess = None if change is None else self.guess_next(change)
         if guess is not None:
-            self.look_ahead(lambda: self._prepare((guess["reduction"], guess["batch"], guess["devices"])))
+            self.look_ahead(lambda: self._prepare(_run_as(guess["reduction"], guess["batch"], guess["devices"])))
 
     def _prepare(self, setting: tuple[str, int, int]) -> tuple[float, str]:
         """The difference and its explanation for ``setting``, its figure rendered: computed once, then cached."""

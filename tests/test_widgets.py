@@ -340,3 +340,24 @@ def test_figures_are_drawn_at_twice_the_width_they_are_shown_at(make):
     shown = explorer.image.layout.width
     assert re.fullmatch(r"\d+px", shown), "a width of its own: no stretching to the cell's width"
     assert int.from_bytes(png(explorer.image)[16:20], "big") == 2 * int(shown[:-2])  # the PNG header's width
+
+
+def test_timeline_run_again_trains_the_same_model_on_and_a_new_setting_starts_a_fresh_one(monkeypatch):
+    made = []
+    real = timeline_module.TracedTraining
+
+    def counted(*args):
+        made.append(args[1:])
+        return real(*args)
+
+    monkeypatch.setattr(timeline_module, "TracedTraining", counted)
+    t = Timeline(model="small", batch=16, devices=2, steps=1)
+    t.run_button.click()
+    first = [p.clone() for p in t._training[1].model.parameters()]
+    t.steps_slider.value = 2  # not part of the model's setting
+    t.run_button.click()
+    assert made == [(2, 16)]
+    assert any(not torch.equal(a, b) for a, b in zip(first, t._training[1].model.parameters(), strict=True))
+    t.devices_slider.value = 3
+    t.run_button.click()
+    assert made == [(2, 16), (3, 16)] and not t.message.value

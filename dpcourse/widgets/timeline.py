@@ -7,9 +7,10 @@ import ipywidgets as widgets
 from dpcourse import viz
 from dpcourse.viz.palette import new_figure
 from dpcourse.viz.png import css_width, png_bytes
+from dpcourse.workloads import ModelToTime
 
 from ._base import Explorer, int_slider, paragraph, reports_errors, selection_slider, show_png, toggle_buttons
-from .timing import MODELS, describe, stage_totals, trace_steps
+from .timing import MODELS, TracedTraining, describe, stage_totals
 
 BATCHES = (16, 64, 256)
 
@@ -32,6 +33,7 @@ class Timeline(Explorer):
     replicate, forward, gather, backward, reduce-add, ...) in ms and % of the step, with a verdict on whether
     DataParallel's overhead or the model's compute dominates. Nothing runs until ``run_button`` is clicked, and
     a changed setting clears the result until the next Run, so what is shown always matches the controls.
+    Run again with the same model, batch and devices goes on training the same model: no new warm-up step.
     Controls: ``model_toggle`` (small / large / many-layers, see ``timing.MODELS``), ``batch_slider``,
     ``devices_slider``, ``steps_slider``, ``run_button``.
     """
@@ -44,6 +46,7 @@ class Timeline(Explorer):
         self.run_button = widgets.Button(description="Run", icon="play", button_style="primary")
         self.status = widgets.HTML()
         self.totals = widgets.HTML()
+        self._training: tuple[tuple, TracedTraining] | None = None  # the last Run's setting and its model
         settings = [self.model_toggle, self.batch_slider, self.devices_slider, self.steps_slider]
         rows = [
             self.model_toggle,
@@ -70,12 +73,20 @@ class Timeline(Explorer):
         self.totals.value = ""
         show_png(self.image, *placeholder_png())
 
+    def _training_for(self, choice: ModelToTime) -> TracedTraining:
+        """The model the last Run trained if the model, batch and devices are unchanged (Run again goes on
+        training it, already warmed up), else a fresh one."""
+        setting = (self.model_toggle.value, self.batch_slider.value, self.devices_slider.value)
+        if self._training is None or self._training[0] != setting:
+            self._training = setting, TracedTraining(choice, self.devices_slider.value, self.batch_slider.value)
+        return self._training[1]
+
     @reports_errors
     def _run(self, _button: widgets.Button) -> None:
         choice, steps = MODELS[self.model_toggle.value], self.steps_slider.value
         self.status.value = paragraph(f"{self._describe_settings()}: tracing...")  # reaches the browser at once
         try:
-            measured = trace_steps(choice, self.devices_slider.value, self.batch_slider.value, steps)
+            measured = self._training_for(choice).trace(steps)
         except Exception:
             self.status.value = paragraph(f"{self._describe_settings()}: the run failed, see below.")
             raise  # reports_errors shows it in the message area

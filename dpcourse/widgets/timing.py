@@ -51,28 +51,38 @@ class TimedStep:
     times: StepTimes
 
 
-def trace_steps(choice: ModelToTime, n_devices: int, batch: int, steps: int) -> list[TimedStep]:
-    """One untraced warm-up step, then ``steps`` traced SGD steps of ``DataParallel`` of a fresh model.
+class TracedTraining:
+    """``DataParallel`` of a fresh model of ``choice`` on ``n_devices``, with its batch: traced SGD steps on demand.
 
-    The warm-up pays once for threads and allocations. On a GPU each phase ends with a synchronize, so its
-    wall time covers the GPU work and not just the launches.
+    The first ``trace`` runs one untraced warm-up step, which pays once for allocations and lazy set-up; every
+    ``trace(steps)`` then traces ``steps`` steps, training on from where the last call stopped. ``Timeline``
+    keeps one per setting, so pressing Run again traces at once. On a GPU each phase ends with a synchronize,
+    so its wall time covers the GPU work and not just the launches.
     """
-    devices = dpcourse.devices(n_devices)
-    model = choice.model().to(devices[0])
-    data_parallel = dpcourse.DataParallel(model, devices)
-    x, y = choice.batch(batch, devices[0])
-    clock = synchronized_clock(devices)
 
-    def step() -> StepTimes:
-        return timed_step(data_parallel, model, x, lambda output: examples.loss_fn(output, y), LEARNING_RATE, clock)
+    def __init__(self, choice: ModelToTime, n_devices: int, batch: int) -> None:
+        devices = dpcourse.devices(n_devices)
+        self.model = choice.model().to(devices[0])
+        self.data_parallel = dpcourse.DataParallel(self.model, devices)
+        self.x, self.y = choice.batch(batch, devices[0])
+        self.clock = synchronized_clock(devices)
+        self.warmed_up = False
 
-    step()
-    measured = []
-    for _ in range(steps):
-        with dpcourse.trace() as recorded:
-            times = step()
-        measured.append(TimedStep(recorded, times))
-    return measured
+    def _step(self) -> StepTimes:
+        loss = lambda output: examples.loss_fn(output, self.y)  # noqa: E731
+        return timed_step(self.data_parallel, self.model, self.x, loss, LEARNING_RATE, self.clock)
+
+    def trace(self, steps: int) -> list[TimedStep]:
+        """``steps`` traced training steps (after the warm-up step, the first time)."""
+        if not self.warmed_up:
+            self._step()
+            self.warmed_up = True
+        measured = []
+        for _ in range(steps):
+            with dpcourse.trace() as recorded:
+                times = self._step()
+            measured.append(TimedStep(recorded, times))
+        return measured
 
 
 def stage_totals(measured: Sequence[TimedStep]) -> dict[str, float]:
@@ -98,7 +108,7 @@ def describe(totals: dict[str, float], steps: int) -> str:
     compute = sum(totals.get(s, 0.0) for s in COMPUTE_STEPS) / step
     verdict = "DataParallel's overhead dominates" if own > compute else "the model's compute dominates"
     return paragraph(
-        f"Mean over {steps} traced steps (after one untraced warm-up step). DataParallel's own work (scatter, "
-        f"replicate, thread hand-offs, gather, reduce-add) takes {100 * own:.0f}% of a step, the replicas' forward "
-        f"and backward {100 * compute:.0f}%: {verdict}. The figure shows the median step."
+        f"Mean over {steps} traced steps (the model had one untraced warm-up step first). DataParallel's own "
+        f"work (scatter, replicate, thread hand-offs, gather, reduce-add) takes {100 * own:.0f}% of a step, "
+        f"the replicas' forward and backward {100 * compute:.0f}%: {verdict}. The figure shows the median step."
     ) + table(["stage", "ms per step", "% of step"], rows)

@@ -13,7 +13,8 @@ import ipywidgets as widgets
 import pytest
 
 from dpcourse.viz.png import png_bytes
-from dpcourse.widgets import GradientSum, StepThrough, gradients, look_ahead
+from dpcourse.widgets import GradientSum, MemoryCalculator, StepThrough, gradients, look_ahead
+from dpcourse.widgets import memory as memory_widget
 from dpcourse.widgets.look_ahead import LookAhead, next_value
 from dpcourse.widgets.stages import STAGES
 
@@ -120,3 +121,30 @@ def test_devices_beyond_the_batch_size_reuse_the_figure_of_as_many_devices_as_ro
         assert (explorer.image.value, explorer.summary.value) == (shown, summary)
     assert made == [("per-replica mean", 2, 2)]
     assert png_bytes(gradients.gradient_figure("per-replica mean", 2, 8)) == shown  # what a fresh run draws
+
+
+def test_memory_calculator_prepares_the_next_listed_width_and_then_shows_it_without_recomputing(monkeypatch) -> None:
+    made = []
+    real = memory_widget.viz.memory_bars
+    monkeypatch.setattr(memory_widget.viz, "memory_bars", lambda b: made.append(b[0].setup.model.width) or real(b))
+
+    async def learner() -> None:
+        explorer = MemoryCalculator(width=512)
+        explorer.width_box.value = "3000"  # typed, not listed: nothing to guess
+        await asyncio.sleep(AFTER_THE_GUESS_S)
+        assert made == [512, 3000]
+        explorer.width_box.value = "1024"
+        assert made == [512, 3000, 1024], "the guess waits until the answer has gone out"
+        await asyncio.sleep(AFTER_THE_GUESS_S)
+        assert made == [512, 3000, 1024, 2048]
+        explorer.width_box.value = "2048"
+        assert made == [512, 3000, 1024, 2048]
+        assert explorer.predictions["one device"].setup.model.width == 2048 and "2048" in repr(explorer)
+
+    in_a_fresh_thread(asyncio.run, learner())
+
+
+def test_a_typed_value_that_is_not_listed_has_no_next_value() -> None:
+    box = widgets.Combobox(options=["128", "256"], ensure_option=False)
+    assert next_value(box, "128", "300") is None
+    assert next_value(box, "300", "128") == "256"

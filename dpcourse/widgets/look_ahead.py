@@ -30,8 +30,10 @@ def next_value(control: widgets.ValueWidget, old: Any, new: Any) -> Any:
         values = [option[1] if isinstance(option, tuple) else option for option in control.options]
     else:
         values = list(range(control.min, control.max + 1, control.step))
+    if new not in values:  # a number typed into a box that lists others: no order to follow
+        return None
     here = values.index(new)
-    step = 1 if here >= values.index(old) else -1
+    step = 1 if old not in values or here >= values.index(old) else -1
     if isinstance(control, widgets.ToggleButtons):
         guess = (here + step) % len(values)
     else:

@@ -56,7 +56,8 @@ class MemoryCalculator(Explorer):
     outputs, cross-entropy loss. Shows a sentence (``summary``), every category in MiB (``bytes_table``, with a
     DDP column for ``gradient_as_bucket_view=True``) and ``viz.memory_bars`` of one device, DataParallel and DDP;
     ``predictions`` holds their ``Breakdown``s. Width, classes and batch are text boxes with suggestions: type
-    any number; one that makes no sense (NaN, 0, -3, 2.5) shows its error in ``message``. Controls:
+    any number; one that makes no sense (NaN, 0, -3, 2.5) shows its error in ``message``. In a kernel it looks
+    ahead (``look_ahead.py``): after a change it prepares the next listed value the same way. Controls:
     ``width_box``, ``depth_slider``, ``classes_box``, ``batch_box``, ``optimizer_toggle``, ``devices_slider``.
     """
 
@@ -77,6 +78,7 @@ class MemoryCalculator(Explorer):
                 widgets.HBox([self.batch_box, self.devices_slider]), self.optimizer_toggle, self.summary,
                 self.bytes_table]
         super().__init__(controls, rows)
+        self._prepared: dict[tuple, tuple[dict[str, Breakdown], str, str]] = {}  # per setting, see _prepare
         for name in controls:
             self.controls[name].observe(self._changed, names="value")
         self._changed()
@@ -87,24 +89,45 @@ class MemoryCalculator(Explorer):
         self.summary.value = self.bytes_table.value = ""
 
     @reports_errors
-    def _changed(self, _change: object = None) -> None:
-        model = MLP(width=typed_number("width", self.width_box.value), depth=self.depth_slider.value,
-                    classes=typed_number("classes", self.classes_box.value))
-        common = {"batch": typed_number("batch", self.batch_box.value), "optimizer": self.optimizer_toggle.value,
-                  "model": model}
-        n = self.devices_slider.value
-        one = memory.predict(Setup(**common))
-        dp = memory.predict(Setup(kind="DataParallel", devices=n, **common))
-        ddp = memory.predict(Setup(kind="DDP", devices=n, **common))
-        viewed = memory.predict(Setup(kind="DDP", devices=n, bucket_view=True, **common))
-        self.predictions = {"one device": one, "DataParallel": dp, "DDP": ddp, "DDP, bucket view": viewed}
-        self.summary.value = paragraph(summary(one, dp, ddp))
-        columns = [("one device", one.devices[0]), ("DP device 0", dp.devices[0])]
-        columns += [("DP device 1", dp.devices[1])] if n > 1 else []
-        columns += [("DDP each rank", ddp.devices[0]), ("DDP, bucket view", viewed.devices[0])]
-        rows = [[name] + [_mib(device[name]) for _, device in columns] for name in CATEGORIES
-                if any(device[name] for _, device in columns)]
-        rows.append(["total"] + [_mib(sum(device.values())) for _, device in columns])
-        self.bytes_table.value = table(["MiB"] + [label for label, _ in columns], rows)
-        key = (model, common["batch"], common["optimizer"], n)
-        self.show_figure(key, lambda: viz.memory_bars([one, dp, ddp]))
+    def _changed(self, change: dict | None = None) -> None:
+        self.predictions, summary_html, table_html = self._prepare(self.settings())
+        self.summary.value, self.bytes_table.value = summary_html, table_html
+        shown = [self.predictions[kind] for kind in ("one device", "DataParallel", "DDP")]
+        self.show_figure(self._key(self.settings()), lambda: viz.memory_bars(shown))  # rendered by _prepare
+        guess = None if change is None else self.guess_next(change)
+        if guess is not None:
+            self.look_ahead(lambda: self._prepare(guess))
+
+    @staticmethod
+    def _key(settings: dict) -> tuple:
+        return tuple(settings.values())
+
+    def _prepare(self, settings: dict) -> tuple[dict[str, Breakdown], str, str]:
+        """The predictions, summary and table for ``settings``, its figure rendered: computed once, then cached.
+
+        A typed value that makes no sense raises here, naming itself (``typed_number``, ``MLP``, ``Setup``).
+        """
+        key = self._key(settings)
+        if key not in self._prepared:
+            model = MLP(width=typed_number("width", settings["width"]), depth=settings["depth"],
+                        classes=typed_number("classes", settings["classes"]))
+            common = {"batch": typed_number("batch", settings["batch"]), "optimizer": settings["optimizer"],
+                      "model": model}
+            n = settings["devices"]
+            one = memory.predict(Setup(**common))
+            dp = memory.predict(Setup(kind="DataParallel", devices=n, **common))
+            ddp = memory.predict(Setup(kind="DDP", devices=n, **common))
+            viewed = memory.predict(Setup(kind="DDP", devices=n, bucket_view=True, **common))
+            columns = [("one device", one.devices[0]), ("DP device 0", dp.devices[0])]
+            columns += [("DP device 1", dp.devices[1])] if n > 1 else []
+            columns += [("DDP each rank", ddp.devices[0]), ("DDP, bucket view", viewed.devices[0])]
+            rows = [[name] + [_mib(device[name]) for _, device in columns] for name in CATEGORIES
+                    if any(device[name] for _, device in columns)]
+            rows.append(["total"] + [_mib(sum(device.values())) for _, device in columns])
+            self.figure_png(key, lambda: viz.memory_bars([one, dp, ddp]))
+            self._prepared[key] = (
+                {"one device": one, "DataParallel": dp, "DDP": ddp, "DDP, bucket view": viewed},
+                paragraph(summary(one, dp, ddp)),
+                table(["MiB"] + [label for label, _ in columns], rows),
+            )
+        return self._prepared[key]

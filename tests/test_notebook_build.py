@@ -1,5 +1,6 @@
 """notebooks/build.py: jupytext reads each source, and a notebook edited in JupyterLab goes back to the same text."""
 
+import re
 import runpy
 from pathlib import Path
 
@@ -67,3 +68,12 @@ def test_stubs_keep_the_indentation_and_the_code_around_them():
     code = "def f(x):\n    y = 1\n    ### BEGIN SOLUTION\n    return x + y\n    ### END SOLUTION\n\n\nf"
     stub = '    raise NotImplementedError("Your code here: write this, then run the check below.")\n'
     assert build["without_solutions"](code) == "def f(x):\n    y = 1\n" + stub + "\n\nf"
+
+
+@pytest.mark.parametrize("notebook", sorted(NOTEBOOKS.glob("*.ipynb")) + sorted(NOTEBOOKS.glob("student/*.ipynb")),
+                         ids=lambda path: f"{path.parent.name}/{path.stem}")
+def test_no_stored_output_shows_a_memory_address(notebook):
+    # nbval compares outputs with addresses masked, so only this catches a learner-visible "<... at 0x7f...>".
+    shown = [output.get("text", "") + str(output.get("data", {}).get("text/plain", ""))
+             for cell in nbformat.read(notebook, as_version=4).cells for output in cell.get("outputs", [])]
+    assert [text for text in shown if re.search(r" at 0x[0-9a-f]+", text)] == []

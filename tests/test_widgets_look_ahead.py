@@ -36,6 +36,7 @@ def in_a_fresh_thread(function, *args):
         (widgets.IntSlider(min=1, max=8), 8, 1, 2),
         (widgets.SelectionSlider(options=[("a", 16), ("b", 64), ("c", 256)]), 16, 64, 256),
         (widgets.ToggleButtons(options=["x", "y", "z"]), "y", "x", "z"),  # a toggle's options go round
+        (widgets.ToggleButtons(options=["x", "y", "z"]), "z", "x", "y"),  # from the last to the first: onwards
         (widgets.IntSlider(min=0, max=0), 0, 0, None),
     ],
 )

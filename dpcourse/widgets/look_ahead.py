@@ -25,7 +25,8 @@ DELAY_S = 0.05
 
 def next_value(control: widgets.ValueWidget, old: Any, new: Any) -> Any:
     """The value a learner most likely gives ``control`` after moving it from ``old`` to ``new``: one more step
-    the same way (a slider at its end: one step back; a toggle's options go round). ``None`` if there is none."""
+    the same way (a slider at its end: one step back; a toggle's options go round, the shorter way round
+    counting as the way it went). ``None`` if there is none."""
     if hasattr(control, "options"):
         values = [option[1] if isinstance(option, tuple) else option for option in control.options]
     else:
@@ -34,7 +35,8 @@ def next_value(control: widgets.ValueWidget, old: Any, new: Any) -> Any:
         return None
     here = values.index(new)
     step = 1 if old not in values or here >= values.index(old) else -1
-    if isinstance(control, widgets.ToggleButtons):
+    if isinstance(control, widgets.ToggleButtons):  # a circle: from the last option to the first is one step on
+        step = 1 if old not in values or (here - values.index(old)) % len(values) <= len(values) / 2 else -1
         guess = (here + step) % len(values)
     else:
         guess = here + step if 0 <= here + step < len(values) else here - step

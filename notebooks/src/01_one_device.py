@@ -13,8 +13,6 @@ import torch
 import dpcourse
 from dpcourse import examples, exercises, quiz
 
-torch.manual_seed(0)
-
 # %% [markdown]
 # ## The running example
 # Every lesson parallelises the same small model and batch, so numbers can be compared across lessons:

@@ -163,7 +163,7 @@ def _corners(explorer) -> list[dict]:
 
 
 @pytest.mark.parametrize("name", widgets.__all__)
-def test_no_explorer_figure_has_overlapping_text_at_its_controls_ends(name, monkeypatch):
+def test_no_explorer_figure_has_overlapping_text_at_its_controls_ends(name, monkeypatch, request):
     # At each corner, every button is pressed as a learner would: Next until the last stage, Run once.
     drawn = []
 
@@ -173,6 +173,9 @@ def test_no_explorer_figure_has_overlapping_text_at_its_controls_ends(name, monk
 
     monkeypatch.setattr(widgets_base, "png_bytes", checked_png)
     monkeypatch.setattr(widgets_timeline, "png_bytes", checked_png)
+    # Timeline's placeholder is drawn once per process: drawn here too, and not left cached as b"".
+    widgets_timeline.placeholder_png.cache_clear()
+    request.addfinalizer(widgets_timeline.placeholder_png.cache_clear)
     explorer = getattr(widgets, name)()
     buttons = [c for c in explorer.controls.values() if isinstance(c, ipywidgets.Button)]
     for corner in _corners(explorer):

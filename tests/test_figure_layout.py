@@ -22,6 +22,7 @@ from dpcourse.ddp.compression import Compression
 from dpcourse.ddp.sampling import SETUPS, rank_orders
 from dpcourse.memory import MLP, Setup
 from dpcourse.quiz import EXPERIMENTS, run_experiment
+from dpcourse.trace import STEPS, Span, Trace
 from dpcourse.viz.gallery import FIGURES as GALLERY
 from dpcourse.viz.gallery import example_trace
 from dpcourse.widgets import _base as widgets_base
@@ -41,6 +42,7 @@ CASES = {
     "gradient_sum-lesson06": lambda: viz.gradient_sum(reduction="sum", batch=8, n_devices=2),
     "per_replica_mean_bias-even": lambda: viz.per_replica_mean_bias(8, 2),
     "timeline-2-devices": lambda: viz.timeline(example_trace(2)),
+    "timeline-narrow-spans": lambda: viz.timeline(_narrow_spans()),
     "accumulation_timeline-lesson14": lambda: viz.accumulation_timeline([
         ("DataParallel, 2 devices", "reduce-add", {"device 0": [1, 1, 1]}),
         ("DDP, 2 ranks", "all-reduce", {"rank 0": [1, 1, 1], "rank 1": [1, 1, 1]}),
@@ -77,6 +79,19 @@ CASES = {
          {"running_mean": torch.tensor([-0.02, -0.08, 0.03, -0.02]), "running_var": torch.full((4,), 1.06)}],
         {"running_mean": torch.tensor([-0.04, -0.06, -0.01, -0.04]), "running_var": torch.ones(4)}),
 }
+
+
+def _narrow_spans() -> Trace:
+    """Every step 7.1% of a 1 s step, back to back: the timing a run gives now and then, where the names of
+    neighbouring steps ("reduce-add", "scatter-backward") are wider than their bars."""
+    spans, start = [], 0.0
+    for step in STEPS:
+        per_replica = step in ("forward", "backward")  # forwards in the replica threads, backwards in the main one
+        threads = [(f"replica-{r}" if step == "forward" else "MainThread", r) for r in range(2)] if per_replica else [
+            ("MainThread", None)]
+        spans += [Span(step, start, start + 0.071, thread, replica, "cpu") for thread, replica in threads]
+        start += 0.071
+    return Trace([*spans, Span("scatter", 0.99, 1.0, "MainThread")])
 
 
 def _synthetic_compression() -> Compression:

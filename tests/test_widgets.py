@@ -14,7 +14,7 @@ import torch.nn.functional as F
 
 import dpcourse
 import dpcourse.scatter_gather
-from dpcourse import examples
+from dpcourse import by_hand, examples
 from dpcourse.widgets import (
     ChunkExplorer,
     CostModelCalculator,
@@ -267,6 +267,7 @@ def test_errors_inside_callbacks_show_in_the_message_area(monkeypatch, make, con
     explorer = make()
     monkeypatch.setattr(dpcourse, "scatter", _broken_scatter)
     monkeypatch.setattr(dpcourse.scatter_gather, "scatter", _broken_scatter)  # what DataParallel calls
+    monkeypatch.setattr(by_hand, "scatter", _broken_scatter)  # and the step-by-step forward
     interact(explorer, control_name, 3)
     assert text(explorer.message) == "RuntimeError: scatter is broken"
     assert _base.ERROR_STYLE in explorer.message.value
@@ -330,6 +331,7 @@ def test_an_error_hides_the_figure_of_the_previous_setting(monkeypatch):
     assert explorer.image.layout.display is None
     monkeypatch.setattr(dpcourse, "scatter", _broken_scatter)
     monkeypatch.setattr(dpcourse.scatter_gather, "scatter", _broken_scatter)
+    monkeypatch.setattr(by_hand, "scatter", _broken_scatter)
     explorer.batch_slider.value = 3
     assert explorer.message.value and explorer.image.layout.display == "none"
 

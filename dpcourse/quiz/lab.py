@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 import dpcourse
-from dpcourse.replicate import tensor_at
+from dpcourse import by_hand
 
 
 def first_device() -> torch.device:
@@ -83,17 +83,13 @@ def replica_gradients(
     The copies are ``Broadcast``'s outputs, non-leaf tensors, so ``autograd.grad`` asks for their gradients. The
     same backward fills ``model``'s own ``.grad``: what DataParallel makes of the copies' gradients.
     """
-    devices = dpcourse.devices(n_devices)
-    chunks = dpcourse.scatter(x, devices)
-    used = devices[: len(chunks)]
-    replicas = dpcourse.replicate(model, used)
-    outputs = dpcourse.parallel_apply(replicas, chunks, devices=used)
-    loss = loss_of(dpcourse.gather(outputs, first_device()))
+    run = by_hand.forward(model, x, dpcourse.devices(n_devices), first_device())
+    loss = loss_of(run.gathered)
     names = [name for name, _ in model.named_parameters()]
-    grads = torch.autograd.grad(loss, [tensor_at(r, name) for r in replicas for name in names], retain_graph=True)
+    grads = torch.autograd.grad(loss, [copy for name in names for copy in run.copies_of(name)], retain_graph=True)
     loss.backward()
-    per_replica = [grads[i : i + len(names)] for i in range(0, len(grads), len(names))]
-    return [{name: g.to(first_device()) for name, g in zip(names, gs, strict=True)} for gs in per_replica]
+    n = len(run.replicas)
+    return [{name: grads[k * n + i].to(first_device()) for k, name in enumerate(names)} for i in range(n)]
 
 
 class Counter(nn.Module):

@@ -3,7 +3,6 @@
 import re
 import warnings
 from collections.abc import Callable, Sequence
-from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -13,7 +12,7 @@ from matplotlib.patches import Patch
 from torch import nn
 
 import dpcourse
-from dpcourse import examples
+from dpcourse import by_hand, examples
 from dpcourse._functions import SCALAR_GATHER_WARNING
 from dpcourse.replicate import tensor_at
 
@@ -22,17 +21,12 @@ from .palette import COMBINED_COLOR, REFERENCE, device_color, device_handles, le
 SHOWN_ENTRIES = 6  # gradient entries drawn; the largest ones, so the bars are visible
 
 
-def _data_parallel(module: nn.Module, inputs: tuple, n_devices: int) -> tuple[Any, list[nn.Module], list[int]]:
-    """One DataParallel forward spelled out (scatter, replicate, parallel_apply, gather), keeping the replicas."""
-    devices = dpcourse.devices(n_devices)
-    chunks = dpcourse.scatter(inputs, devices)
-    used = devices[: len(chunks)]
-    replicas = dpcourse.replicate(module, used)
-    outputs = dpcourse.parallel_apply(replicas, chunks, None, used)
+def _forward(module: nn.Module, inputs: tuple, n_devices: int) -> by_hand.Forward:
+    """``by_hand.forward`` on ``dpcourse.devices(n_devices)``, keeping the replicas; gather's warning about scalar
+    outputs is silenced, since the figures explain it instead."""
     with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=re.escape(SCALAR_GATHER_WARNING))  # the figures explain it instead
-        gathered = dpcourse.gather(outputs, devices[0])
-    return gathered, replicas, [chunk[0].shape[0] for chunk in chunks]
+        warnings.filterwarnings("ignore", message=re.escape(SCALAR_GATHER_WARNING))
+        return by_hand.forward(module, inputs, dpcourse.devices(n_devices))
 
 
 def _largest_entries(grad: torch.Tensor) -> list[int]:
@@ -76,9 +70,10 @@ def gradient_sum(
         raise ValueError(f"The model has no parameter {name!r}; pick one of {names}.")
     original = tensor_at(model, name)
     x, y = (t.to(device) for t in examples.make_batch(batch))
-    gathered, replicas, chunks = _data_parallel(model, (x,), n_devices)
-    loss = F.cross_entropy(gathered, y, reduction=reduction)
-    *per_replica, reduced = torch.autograd.grad(loss, [tensor_at(r, name) for r in replicas] + [original])
+    run = _forward(model, (x,), n_devices)
+    chunks = run.rows
+    loss = F.cross_entropy(run.gathered, y, reduction=reduction)
+    *per_replica, reduced = torch.autograd.grad(loss, run.copies_of(name) + [original])
     (single,) = torch.autograd.grad(F.cross_entropy(model(x), y, reduction=reduction), [original])
     total = torch.stack(per_replica).sum(0)
     diff = (total - single).abs().max().item()
@@ -147,11 +142,12 @@ def per_replica_mean_bias(batch: int = 7, n_devices: int = 2) -> Figure:
     model = examples.make_model().to(device)
     x, y = (t.to(device) for t in examples.make_batch(batch))
     per_sample = torch.ones(batch, device=x.device, requires_grad=True)
-    mean_of_means, _, chunks = _data_parallel(_ChunkMean(), (per_sample,), n_devices)
-    (weights,) = torch.autograd.grad(mean_of_means.mean(), [per_sample])
+    weighing = _forward(_ChunkMean(), (per_sample,), n_devices)
+    chunks = weighing.rows
+    (weights,) = torch.autograd.grad(weighing.gathered.mean(), [per_sample])
     name = _first_weight(model)
     original = tensor_at(model, name)
-    losses, _, _ = _data_parallel(_ChunkMean(model), (x, y), n_devices)
+    losses = _forward(_ChunkMean(model), (x, y), n_devices).gathered
     (data_parallel,) = torch.autograd.grad(losses.mean(), [original])
     (single,) = torch.autograd.grad(F.cross_entropy(model(x), y), [original])
     diff = (data_parallel - single).abs().max().item()

@@ -5,6 +5,7 @@ from collections.abc import Sequence
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
+from matplotlib.textpath import TextPath
 
 from dpcourse.trace import Span, Trace
 
@@ -12,8 +13,10 @@ from .palette import device_color, device_label, legend_below, new_figure, step_
 
 CRITICAL = "critical path"
 MIN_FRACTION = 0.003  # every span is drawn at least this share of the step wide, so that none vanishes
-LABEL_MIN_FRACTION = 0.07  # a span narrower than this share of the step gets no text: it would not fit
+LABEL_SIZE = 8  # points
+LABEL_ROOM = 4  # points of bar left over around a label: a span whose name does not fit so gets no label
 BAR_HEIGHT = 0.8  # of a lane 1 high
+X_MARGIN = 1.02  # the x axis runs 2% past the step's end
 ROW_EXTRA = 0.5  # how much higher a lane grows for each extra row of overlapping spans
 
 
@@ -55,12 +58,18 @@ def critical_path(trace: Trace) -> list[Span]:
     return sorted(chain, key=lambda s: s.start)
 
 
-def _bar(ax: Axes, span: Span, y: float, height: float, origin: float, total: float, gid: str) -> None:
+def _label_width(text: str) -> float:
+    """How wide ``text`` is drawn as a bar's label, in points (from the font's glyph outlines)."""
+    return TextPath((0, 0), text, size=LABEL_SIZE).get_extents().width
+
+
+def _bar(ax: Axes, span: Span, y: float, height: float, origin: float, total: float, gid: str,
+         points_per_ms: float) -> None:
     replica = {} if span.replica is None else {"edgecolor": device_color(span.replica), "hatch": "//", "linewidth": 2}
     start, width = (span.start - origin) * 1e3, max(span.duration * 1e3, MIN_FRACTION * total)
     ax.barh(y, width, height=height, left=start, color=step_color(span.step), gid=gid, **replica)
-    if width >= LABEL_MIN_FRACTION * total:
-        ax.text(start + width / 2, y, span.step, ha="center", va="center", fontsize=8, clip_on=True)
+    if _label_width(span.step) + LABEL_ROOM <= width * points_per_ms:  # else it would run into its neighbours
+        ax.text(start + width / 2, y, span.step, ha="center", va="center", fontsize=LABEL_SIZE, clip_on=True)
 
 
 def timeline(trace: Trace) -> Figure:
@@ -91,19 +100,22 @@ def timeline(trace: Trace) -> Figure:
 
     fig = new_figure(height=1.9 + 0.6 * sum(heights))
     ax = fig.subplots()
+    # The axes' width before the layout makes room for the labels: less than it ends up, so a label that fits
+    # here fits in the drawn figure too.
+    points_per_ms = ax.get_position().width * fig.get_figwidth() * 72 / (total * X_MARGIN)
     for span in critical:
-        _bar(ax, span, 0.5, BAR_HEIGHT, origin, total, gid=CRITICAL)
+        _bar(ax, span, 0.5, BAR_HEIGHT, origin, total, CRITICAL, points_per_ms)
     for top, lane_height, (_, spans, rows) in zip(tops[1:], heights[1:], placed, strict=True):
         row_height = (lane_height - 1 + BAR_HEIGHT) / (max(rows) + 1)
         for span, row in zip(spans, rows, strict=True):
             y = top + (1 - BAR_HEIGHT) / 2 + row_height * (row + 0.5)
-            _bar(ax, span, y, row_height * 0.9, origin, total, gid="span")
+            _bar(ax, span, y, row_height * 0.9, origin, total, "span", points_per_ms)
     for top in tops[1:]:
         ax.axhline(top, color="#DDDDDD", linewidth=1)
     ax.axvline(total, color="black", linestyle=":", linewidth=1)
     ax.set_yticks([top + h / 2 for top, h in zip(tops, heights, strict=True)], [CRITICAL] + lanes)
     ax.set_ylim(sum(heights), 0)
-    ax.set_xlim(0, total * 1.02)
+    ax.set_xlim(0, total * X_MARGIN)
     ax.set_xlabel("time since the first step began (ms)")
     ax.set_ylabel("thread")
     steps = dict.fromkeys(s.step for s in trace.spans)

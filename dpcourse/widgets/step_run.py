@@ -3,11 +3,9 @@
 ``StepThrough`` shows this record stage by stage; computing it all up front is what makes Back/Next instant.
 The step is what ``DataParallel`` + ``loss.backward()`` + ``SGD.step()`` do, spelled out:
 
-    chunks   = scatter(x, devices)                      # x only: the labels stay on devices[0]
-    replicas = replicate(model, used)                   # used = devices[:len(chunks)]
-    outputs  = parallel_apply(replicas, chunks, None, used)
-    gathered = gather(outputs, devices[0])
-    loss     = loss_fn(gathered, y)                     # one loss over the whole batch
+    run      = by_hand.forward(model, x, devices)       # scatter, replicate, parallel_apply, gather; x only:
+                                                        # the labels stay on devices[0]
+    loss     = loss_fn(run.gathered, y)                 # one loss over the whole batch
     grads    = autograd.grad(loss, outputs + every replica's parameter copies + the model's parameters)
     SGD(model.parameters(), lr).step()                  # with .grad = the reduce-added gradients (on a twin)
 
@@ -21,8 +19,7 @@ import torch
 from torch import nn
 
 import dpcourse
-from dpcourse import examples
-from dpcourse.replicate import tensor_at
+from dpcourse import by_hand, examples
 from dpcourse.trace import Trace
 
 LEARNING_RATE = 0.1
@@ -80,25 +77,21 @@ def run_step(n_devices: int, batch: int, lr: float = LEARNING_RATE) -> StepRecor
     before = {name: p.detach().clone() for name, p in model.named_parameters()}
 
     with dpcourse.trace() as recorded:
-        chunks = list(dpcourse.scatter(x, devices))
-        used = devices[: len(chunks)]
-        replicas = dpcourse.replicate(model, used)
-        outputs = dpcourse.parallel_apply(replicas, chunks, None, used)
-        gathered = dpcourse.gather(outputs, devices[0])
-        loss = examples.loss_fn(gathered, y)
-        copies = [tensor_at(replica, name) for replica in replicas for name in names]
-        found = torch.autograd.grad(loss, [*outputs, *copies, *model.parameters()])
-    n, k = len(outputs), len(names)
-    per_copy = found[n : n + n * k]
-    replica_grads = [dict(zip(names, per_copy[i * k : (i + 1) * k], strict=True)) for i in range(n)]
+        run = by_hand.forward(model, x, devices)
+        loss = examples.loss_fn(run.gathered, y)
+        copies = [copy for name in names for copy in run.copies_of(name)]
+        found = torch.autograd.grad(loss, [*run.outputs, *copies, *model.parameters()])
+    n, k = len(run.outputs), len(names)
+    per_copy = found[n : n + n * k]  # parameter by parameter, replica by replica
+    replica_grads = [{name: per_copy[j * n + i] for j, name in enumerate(names)} for i in range(n)]
     grads = dict(zip(names, found[n + n * k :], strict=True))
 
     single_loss = examples.loss_fn(single(x), y)
     single_loss.backward()
     single_grads = {name: p.grad.clone() for name, p in single.named_parameters()}
     return StepRecord(
-        devices=devices, model=model, x=x, y=y, chunks=chunks, replicas=replicas, outputs=outputs,
-        gathered=gathered.detach(), loss=loss.detach(), output_grads=list(found[:n]), replica_grads=replica_grads,
+        devices=devices, model=model, x=x, y=y, chunks=run.chunks, replicas=run.replicas, outputs=run.outputs,
+        gathered=run.gathered.detach(), loss=loss.detach(), output_grads=list(found[:n]), replica_grads=replica_grads,
         grads=grads, weights_before=before, weights_after=_weights_after_sgd(model, grads, lr),
         single_loss=single_loss.detach(), single_grads=single_grads,
         single_weights_after=_weights_after_sgd(single, single_grads, lr), trace=recorded,

@@ -1,0 +1,61 @@
+"""DataParallel's forward with its four steps called one by one, and every intermediate value kept.
+
+``DataParallel`` returns only the gathered output. The lessons' step-through, the gradient figures and the
+quiz experiments need what came before it too: the chunks, the replicas (whose parameter copies autograd can
+be asked about) and each replica's output. They all run this::
+
+    chunks   = scatter(inputs, devices)                # at most one chunk per row: a small batch uses fewer devices
+    used     = devices[:len(chunks)]
+    replicas = replicate(module, used)
+    outputs  = parallel_apply(replicas, chunks, None, used)
+    gathered = gather(outputs, output_device)
+
+Inside ``dpcourse.trace()`` each step is recorded as in ``DataParallel``.
+"""
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from torch import nn
+
+from .parallel_apply import parallel_apply
+from .replicate import replicate, tensor_at
+from .scatter_gather import gather, scatter
+
+
+@dataclasses.dataclass
+class Forward:
+    """What each step of one forward produced."""
+
+    chunks: list[Any]  # scatter: each replica's inputs (a tuple per replica when the inputs were a tuple)
+    used: list[torch.device]  # the devices that got a chunk: ``devices[:len(chunks)]``
+    replicas: list[nn.Module]  # replicate: replica 0 shares the module's parameters on ``used[0]``
+    outputs: list[Any]  # parallel_apply: each replica's output, on its device
+    gathered: Any  # gather: the outputs concatenated on the output device
+
+    @property
+    def rows(self) -> list[int]:
+        """How many rows (samples) each replica got: the first input's chunk sizes."""
+        return [(chunk[0] if isinstance(chunk, tuple) else chunk).shape[0] for chunk in self.chunks]
+
+    def copies_of(self, name: str) -> list[torch.Tensor]:
+        """Each replica's copy of the parameter or buffer ``name``: ``Broadcast``'s outputs, which autograd can
+        be asked about (``torch.autograd.grad(loss, forward.copies_of("0.weight"))``)."""
+        return [tensor_at(replica, name) for replica in self.replicas]
+
+
+def forward(module: nn.Module, inputs: Any, devices: Sequence[torch.device],
+            output_device: torch.device | None = None) -> Forward:
+    """Run ``module`` on ``inputs`` as ``DataParallel(module, devices)`` does, step by step.
+
+    ``inputs`` is what ``scatter`` takes: a tensor (each chunk is then a tensor) or a tuple of them (each chunk a
+    tuple). The outputs are gathered on ``output_device``, by default ``devices[0]``.
+    """
+    chunks = list(scatter(inputs, devices))
+    used = list(devices[: len(chunks)])
+    replicas = replicate(module, used)
+    outputs = parallel_apply(replicas, chunks, None, used)
+    gathered = gather(outputs, devices[0] if output_device is None else output_device)
+    return Forward(chunks, used, replicas, outputs, gathered)

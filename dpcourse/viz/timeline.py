@@ -1,5 +1,6 @@
 """Figure: one DataParallel step as a timeline, one lane per thread, from a real ``dpcourse.trace()``."""
 
+import functools
 from collections.abc import Sequence
 
 from matplotlib.axes import Axes
@@ -58,6 +59,7 @@ def critical_path(trace: Trace) -> list[Span]:
     return sorted(chain, key=lambda s: s.start)
 
 
+@functools.cache  # a handful of step names; outlining one takes milliseconds
 def _label_width(text: str) -> float:
     """How wide ``text`` is drawn as a bar's label, in points (from the font's glyph outlines)."""
     return TextPath((0, 0), text, size=LABEL_SIZE).get_extents().width

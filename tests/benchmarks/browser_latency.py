@@ -256,6 +256,22 @@ def cpu_seconds() -> tuple[float, float]:
     return machine, total / tick
 
 
+def reference_figure_ms(repeats: int = 5) -> float:
+    """How fast this machine is right now: the median ms to draw and encode one fixed figure
+    (``viz.chunk_split(10, 4)`` as an explorer renders it), in this process. The machine is shared, and its
+    speed drifts by up to 1.7x over an hour; two runs compare only when their reference times agree."""
+    from dpcourse import viz
+    from dpcourse.viz.png import png_bytes
+
+    png_bytes(viz.chunk_split(10, 4))  # the first figure of a process pays for fonts and caches
+    times = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        png_bytes(viz.chunk_split(10, 4))
+        times.append((time.perf_counter() - started) * 1e3)
+    return statistics.median(times)
+
+
 def print_table(results: dict) -> None:
     columns = ("n", "new figures", "median ms", "worst ms", "kernel median", "kernel worst", "all shown, worst")
     keys = ("n", "new_figures", "median_ms", "worst_ms", "kernel_median_ms", "kernel_worst_ms", "shown_worst_ms")
@@ -287,6 +303,7 @@ def main(argv: list[str] | None = None) -> dict:
     runpy.run_path(str(ROOT / "notebooks" / "conftest.py"))  # the lessons' environment: CPU devices
     explorers = explorers_as_in_the_lessons()
     only = set(args.only) if args.only else None
+    reference_before = reference_figure_ms()
     with tempfile.TemporaryDirectory(prefix="dpcourse-browser-latency-") as scratch:
         root = Path(scratch) / "root"
         root.mkdir()
@@ -301,15 +318,17 @@ def main(argv: list[str] | None = None) -> dict:
                 )
                 seconds, (machine_after, ours_after) = time.perf_counter() - started, cpu_seconds()
                 browser.close()
+    reference = {"before_ms": reference_before, "after_ms": reference_figure_ms()}
     print_table(results)
     ours = (ours_after - ours_before) / seconds
     others = (machine_after - machine_before) / seconds - ours
     print(f"\n{seconds:.0f} s; this benchmark (JupyterLab, kernel, Chromium) used {ours:.2f} cores, other processes "
-          f"{others:.2f}")
+          f"{others:.2f}; the reference figure took {reference['before_ms']:.0f} ms before, "
+          f"{reference['after_ms']:.0f} ms after")
     output = {
         "machine": report.machine(), "cpus": sorted(os.sched_getaffinity(0)), "repeats": args.repeats,
         "clicks": args.clicks, "nice": os.nice(0), "seconds": seconds,
-        "ours_cores": ours, "others_cores": others, "quiet_ms": QUIET_MS,
+        "ours_cores": ours, "others_cores": others, "reference_figure": reference, "quiet_ms": QUIET_MS,
         "targets": {"median_ms": TARGET_MEDIAN_MS, "worst_ms": TARGET_WORST_MS},
         "explorers": {name: {"built_as": explorers[name], "controls": controls} for name, controls in results.items()},
     }

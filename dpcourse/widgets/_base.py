@@ -152,6 +152,13 @@ class Explorer(widgets.VBox):
         name = next(name for name, control in self.controls.items() if control is change["owner"])
         return {**self.settings(), name.rpartition("_")[0]: value}
 
+    def prepare_next(self, change: dict[str, Any] | None, prepare: Callable[[dict[str, Any]], object]) -> None:
+        """After answering the learner's ``change`` (``None``: the explorer's first drawing, nothing to follow),
+        ``look_ahead`` to ``prepare(settings)`` for the settings ``guess_next`` expects, if it expects any."""
+        guess = None if change is None else self.guess_next(change)
+        if guess is not None:
+            self.look_ahead(lambda: prepare(guess))
+
     def clear_results(self) -> None:
         """Hide what the last good setting showed, so that no stale figure sits beside an error."""
         self.show_figure(None, None)

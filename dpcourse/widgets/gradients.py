@@ -56,11 +56,11 @@ def gradient_figure(reduction: str, batch: int, n_devices: int) -> Figure:
     return viz.gradient_sum(batch=batch, n_devices=n_devices, reduction=reduction)
 
 
-def _run_as(reduction: str, batch: int, n_devices: int) -> tuple[str, int, int]:
+def _run_as(reduction: str, batch: int, devices: int) -> tuple[str, int, int]:
     """The setting that runs exactly as this one: scatter cuts ``batch`` rows into at most ``batch`` chunks, so
     devices beyond that sit idle, and the run and its figure are those of ``batch`` devices. Both share one
     cached result: moving the devices slider past the batch size shows it at once."""
-    return reduction, batch, min(n_devices, batch)
+    return reduction, batch, min(devices, batch)
 
 
 class GradientSum(Explorer):
@@ -92,9 +92,7 @@ class GradientSum(Explorer):
         self.difference, text = self._prepare(setting)
         self.show_figure(setting, lambda: gradient_figure(*setting))  # rendered by _prepare
         self.summary.value = paragraph(text)
-        guess = None if change is None else self.guess_next(change)
-        if guess is not None:
-            self.look_ahead(lambda: self._prepare(_run_as(guess["reduction"], guess["batch"], guess["devices"])))
+        self.prepare_next(change, lambda guess: self._prepare(_run_as(**guess)))  # guess: settings() by name
 
     def _prepare(self, setting: tuple[str, int, int]) -> tuple[float, str]:
         """The difference and its explanation for ``setting``, its figure rendered: computed once, then cached."""

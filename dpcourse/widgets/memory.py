@@ -94,9 +94,7 @@ class MemoryCalculator(Explorer):
         self.summary.value, self.bytes_table.value = summary_html, table_html
         shown = [self.predictions[kind] for kind in ("one device", "DataParallel", "DDP")]
         self.show_figure(self._key(self.settings()), lambda: viz.memory_bars(shown))  # rendered by _prepare
-        guess = None if change is None else self.guess_next(change)
-        if guess is not None:
-            self.look_ahead(lambda: self._prepare(guess))
+        self.prepare_next(change, self._prepare)
 
     @staticmethod
     def _key(settings: dict) -> tuple:

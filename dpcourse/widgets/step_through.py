@@ -57,9 +57,8 @@ class StepThrough(Explorer):
         # Kept together: after a failed recompute, Next still shows (and caches) the old record's figures as such.
         self._setting, self.record = setting, self._prepare(setting, self.stage)
         self._show()
-        guess = None if change is None else self.guess_next(change)
-        if guess is not None:
-            self.look_ahead(lambda stage=self.stage: self._prepare((guess["devices"], guess["batch"]), stage))
+        stage = self.stage
+        self.prepare_next(change, lambda guess: self._prepare((guess["devices"], guess["batch"]), stage))
 
     @reports_errors
     def _go(self, stage: int) -> None:

@@ -30,7 +30,6 @@ class Forward:
     """What each step of one forward produced."""
 
     chunks: list[Any]  # scatter: each replica's inputs (a tuple per replica when the inputs were a tuple)
-    used: list[torch.device]  # the devices that got a chunk: ``devices[:len(chunks)]``
     replicas: list[nn.Module]  # replicate: replica 0 shares the module's parameters on ``used[0]``
     outputs: list[Any]  # parallel_apply: each replica's output, on its device
     gathered: Any  # gather: the outputs concatenated on the output device
@@ -40,10 +39,15 @@ class Forward:
         """How many rows (samples) each replica got: the first input's chunk sizes."""
         return [(chunk[0] if isinstance(chunk, tuple) else chunk).shape[0] for chunk in self.chunks]
 
-    def copies_of(self, name: str) -> list[torch.Tensor]:
-        """Each replica's copy of the parameter or buffer ``name``: ``Broadcast``'s outputs, which autograd can
-        be asked about (``torch.autograd.grad(loss, forward.copies_of("0.weight"))``)."""
-        return [tensor_at(replica, name) for replica in self.replicas]
+    def parameter_copies(self, names: Sequence[str]) -> list[torch.Tensor]:
+        """Each replica's copy of each parameter in ``names``, replica by replica: ``Broadcast``'s outputs, which
+        ``torch.autograd.grad(loss, forward.parameter_copies(names))`` can be asked about."""
+        return [tensor_at(replica, name) for replica in self.replicas for name in names]
+
+    def by_replica(self, grads: Sequence[torch.Tensor], names: Sequence[str]) -> list[dict[str, torch.Tensor]]:
+        """The gradients of ``parameter_copies(names)``, per replica by parameter name."""
+        k = len(names)
+        return [dict(zip(names, grads[i * k : (i + 1) * k], strict=True)) for i in range(len(self.replicas))]
 
 
 def forward(module: nn.Module, inputs: Any, devices: Sequence[torch.device],
@@ -58,4 +62,4 @@ def forward(module: nn.Module, inputs: Any, devices: Sequence[torch.device],
     replicas = replicate(module, used)
     outputs = parallel_apply(replicas, chunks, None, used)
     gathered = gather(outputs, devices[0] if output_device is None else output_device)
-    return Forward(chunks, used, replicas, outputs, gathered)
+    return Forward(chunks, replicas, outputs, gathered)

@@ -83,8 +83,6 @@ class MLP:
         return x, torch.randint(0, self.classes, (samples,), generator=generator)
 
 
-
-
 def make_optimizer(name: str, parameters: Iterable[torch.Tensor]) -> torch.optim.Optimizer:
     """One of ``OPTIMIZERS``, with ``foreach=True``: the implementation torch picks by default on GPUs
     (``torch/optim/optimizer.py: _default_to_fused_or_foreach``), so the CPU holds what a GPU would."""

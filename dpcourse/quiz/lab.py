@@ -86,10 +86,9 @@ def replica_gradients(
     run = by_hand.forward(model, x, dpcourse.devices(n_devices), first_device())
     loss = loss_of(run.gathered)
     names = [name for name, _ in model.named_parameters()]
-    grads = torch.autograd.grad(loss, [copy for name in names for copy in run.copies_of(name)], retain_graph=True)
+    grads = torch.autograd.grad(loss, run.parameter_copies(names), retain_graph=True)
     loss.backward()
-    n = len(run.replicas)
-    return [{name: grads[k * n + i].to(first_device()) for k, name in enumerate(names)} for i in range(n)]
+    return [{name: g.to(first_device()) for name, g in mine.items()} for mine in run.by_replica(grads, names)]
 
 
 class Counter(nn.Module):

@@ -73,7 +73,7 @@ def gradient_sum(
     run = _forward(model, (x,), n_devices)
     chunks = run.rows
     loss = F.cross_entropy(run.gathered, y, reduction=reduction)
-    *per_replica, reduced = torch.autograd.grad(loss, run.copies_of(name) + [original])
+    *per_replica, reduced = torch.autograd.grad(loss, run.parameter_copies([name]) + [original])
     (single,) = torch.autograd.grad(F.cross_entropy(model(x), y, reduction=reduction), [original])
     total = torch.stack(per_replica).sum(0)
     diff = (total - single).abs().max().item()

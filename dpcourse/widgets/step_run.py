@@ -79,11 +79,9 @@ def run_step(n_devices: int, batch: int, lr: float = LEARNING_RATE) -> StepRecor
     with dpcourse.trace() as recorded:
         run = by_hand.forward(model, x, devices)
         loss = examples.loss_fn(run.gathered, y)
-        copies = [copy for name in names for copy in run.copies_of(name)]
-        found = torch.autograd.grad(loss, [*run.outputs, *copies, *model.parameters()])
+        found = torch.autograd.grad(loss, [*run.outputs, *run.parameter_copies(names), *model.parameters()])
     n, k = len(run.outputs), len(names)
-    per_copy = found[n : n + n * k]  # parameter by parameter, replica by replica
-    replica_grads = [{name: per_copy[j * n + i] for j, name in enumerate(names)} for i in range(n)]
+    replica_grads = run.by_replica(found[n : n + n * k], names)
     grads = dict(zip(names, found[n + n * k :], strict=True))
 
     single_loss = examples.loss_fn(single(x), y)

@@ -156,12 +156,10 @@ def test_no_quiz_experiment_figure_has_overlapping_text():
 
 def _settings(control) -> list:
     """The settings a figure is checked at: every option of a toggle, the two ends of a slider."""
-    if isinstance(control, ipywidgets.ToggleButtons):
-        return [option[1] if isinstance(option, tuple) else option for option in control.options]
-    if hasattr(control, "options"):
-        return [control.options[0][1] if isinstance(control.options[0], tuple) else control.options[0],
-                control.options[-1][1] if isinstance(control.options[-1], tuple) else control.options[-1]]
-    return [control.min, control.max]
+    if not hasattr(control, "options"):
+        return [control.min, control.max]
+    values = [option[1] if isinstance(option, tuple) else option for option in control.options]
+    return values if isinstance(control, ipywidgets.ToggleButtons) else [values[0], values[-1]]
 
 
 def _corners(explorer) -> list[dict]:

@@ -246,6 +246,12 @@ def _broken_scatter(*args, **kwargs):
     raise RuntimeError("scatter is broken")
 
 
+def _break_scatter(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every name the explorers reach scatter by: dpcourse.scatter, DataParallel's, the step-by-step forward's."""
+    for owner in (dpcourse, dpcourse.scatter_gather, by_hand):
+        monkeypatch.setattr(owner, "scatter", _broken_scatter)
+
+
 def interact(explorer, control_name: str, value: int) -> None:
     control = getattr(explorer, control_name)
     if isinstance(control, widgets.Button):
@@ -265,9 +271,7 @@ def interact(explorer, control_name: str, value: int) -> None:
 )
 def test_errors_inside_callbacks_show_in_the_message_area(monkeypatch, make, control_name):
     explorer = make()
-    monkeypatch.setattr(dpcourse, "scatter", _broken_scatter)
-    monkeypatch.setattr(dpcourse.scatter_gather, "scatter", _broken_scatter)  # what DataParallel calls
-    monkeypatch.setattr(by_hand, "scatter", _broken_scatter)  # and the step-by-step forward
+    _break_scatter(monkeypatch)
     interact(explorer, control_name, 3)
     assert text(explorer.message) == "RuntimeError: scatter is broken"
     assert _base.ERROR_STYLE in explorer.message.value
@@ -329,9 +333,7 @@ def test_a_constructor_value_out_of_range_is_an_error_not_a_silent_clamp(make, a
 def test_an_error_hides_the_figure_of_the_previous_setting(monkeypatch):
     explorer = GradientSum()
     assert explorer.image.layout.display is None
-    monkeypatch.setattr(dpcourse, "scatter", _broken_scatter)
-    monkeypatch.setattr(dpcourse.scatter_gather, "scatter", _broken_scatter)
-    monkeypatch.setattr(by_hand, "scatter", _broken_scatter)
+    _break_scatter(monkeypatch)
     explorer.batch_slider.value = 3
     assert explorer.message.value and explorer.image.layout.display == "none"
 

@@ -4,6 +4,7 @@ Measured on the drawn figure with matplotlib's own bounding boxes (``Text.get_wi
 canvas's renderer), for the figures the lessons, the explorers and the quizzes draw.
 """
 
+import dataclasses
 import functools
 import itertools
 
@@ -23,8 +24,10 @@ from dpcourse.ddp.sampling import SETUPS, rank_orders
 from dpcourse.memory import MLP, Setup
 from dpcourse.quiz import EXPERIMENTS, run_experiment
 from dpcourse.trace import STEPS, Span, Trace
+from dpcourse.viz import redraw
 from dpcourse.viz.gallery import FIGURES as GALLERY
 from dpcourse.viz.gallery import example_trace
+from dpcourse.viz.timeline_canvas import TimelineCanvas
 from dpcourse.widgets import _base as widgets_base
 from dpcourse.widgets import timeline as widgets_timeline
 
@@ -123,7 +126,8 @@ def drawn_texts(fig: Figure) -> list[Text]:
 
 
 def problems(fig: Figure) -> list[str]:
-    FigureCanvasAgg(fig)  # a figure made without pyplot has a bare canvas, with no renderer to measure text
+    if not isinstance(fig.canvas, FigureCanvasAgg):  # a figure made without pyplot has a bare canvas,
+        FigureCanvasAgg(fig)  # with no renderer to measure text; a kept one (viz.redraw) is drawn in place
     fig.canvas.draw()
     renderer = fig.canvas.get_renderer()
     canvas = fig.bbox
@@ -144,6 +148,20 @@ def problems(fig: Figure) -> list[str]:
 @pytest.mark.parametrize("name", CASES)
 def test_no_text_overlaps_another_or_leaves_the_canvas(name):
     assert problems(CASES[name]()) == []
+
+
+def scaled(trace: Trace, factor: float) -> Trace:
+    return Trace([dataclasses.replace(s, start=s.start * factor, end=s.end * factor) for s in trace.spans])
+
+
+def test_a_kept_timeline_figure_stays_readable_for_steps_of_any_length(monkeypatch):
+    # TimelineCanvas lays out a frame for its first step; later steps' tick labels ("0.05", "1500") differ.
+    checked = []
+    monkeypatch.setattr(redraw, "encode", lambda agg: checked.append(problems(agg.figure)) or b"")
+    canvas, trace = TimelineCanvas(), _narrow_spans()
+    for factor in (1.0, 1e-4, 0.013, 7.7, 1.5e3, 1e-3, 99.0):
+        canvas.png(scaled(trace, factor))
+    assert checked == [[]] * 7
 
 
 def test_no_quiz_experiment_figure_has_overlapping_text():
@@ -186,6 +204,7 @@ def test_no_explorer_figure_has_overlapping_text_at_its_controls_ends(name, monk
 
     monkeypatch.setattr(widgets_base, "png_bytes", checked_png)
     monkeypatch.setattr(widgets_timeline, "png_bytes", checked_png)
+    monkeypatch.setattr(redraw, "encode", lambda agg: checked_png(agg.figure))  # Timeline's kept figures
     # Timeline's placeholder is drawn once per process: drawn here too, and not left cached as b"".
     widgets_timeline.placeholder_png.cache_clear()
     request.addfinalizer(widgets_timeline.placeholder_png.cache_clear)

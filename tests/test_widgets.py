@@ -15,6 +15,7 @@ import torch.nn.functional as F
 import dpcourse
 import dpcourse.scatter_gather
 from dpcourse import by_hand, examples
+from dpcourse.viz import timeline_canvas
 from dpcourse.widgets import (
     ChunkExplorer,
     CostModelCalculator,
@@ -365,3 +366,16 @@ def test_timeline_run_again_trains_the_same_model_on_and_a_new_setting_starts_a_
     t.devices_slider.value = 3
     t.run_button.click()
     assert made == [(2, 16), (3, 16)] and not t.message.value
+
+
+def test_timeline_draws_run_after_run_of_one_setting_into_one_kept_figure(monkeypatch):
+    frames = []
+    real = timeline_canvas.draw_frame
+    monkeypatch.setattr(timeline_canvas, "draw_frame", lambda frame: frames.append(frame) or real(frame))
+    t = Timeline(model="many-layers", batch=16, devices=2, steps=1)
+    shown = []
+    for _ in range(3):
+        t.run_button.click()
+        shown.append(t.image.value)
+    assert len(frames) == 1 and len(set(shown)) == 3 and not t.message.value
+    assert all(png[:8] == b"\x89PNG\r\n\x1a\n" for png in shown)

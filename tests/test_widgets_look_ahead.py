@@ -13,7 +13,7 @@ import ipywidgets as widgets
 import pytest
 
 from dpcourse.viz.png import png_bytes
-from dpcourse.widgets import GradientSum, MemoryCalculator, StepThrough, gradients, look_ahead
+from dpcourse.widgets import GradientSum, MemoryCalculator, StepThrough, Timeline, gradients, look_ahead
 from dpcourse.widgets import memory as memory_widget
 from dpcourse.widgets.look_ahead import LookAhead, next_value
 from dpcourse.widgets.stages import STAGES
@@ -149,3 +149,17 @@ def test_a_typed_value_that_is_not_listed_has_no_next_value() -> None:
     box = widgets.Combobox(options=["128", "256"], ensure_option=False)
     assert next_value(box, "128", "300") is None
     assert next_value(box, "300", "128") == "256"
+
+
+def test_timeline_draws_what_the_next_run_starts_from_while_the_learner_looks() -> None:
+    async def learner() -> None:
+        explorer = Timeline(model="small", batch=16, devices=2, steps=1)
+        explorer.run_button.click()
+        (kept,) = explorer._canvas._drawn.values()
+        assert kept.redraw._background is None, "the look-ahead waits until the answer has gone out"
+        await asyncio.sleep(AFTER_THE_GUESS_S)
+        assert kept.redraw._background is not None
+        explorer.run_button.click()
+        assert list(explorer._canvas._drawn.values()) == [kept] and not explorer.message.value
+
+    in_a_fresh_thread(asyncio.run, learner())

@@ -29,8 +29,8 @@ def png_bytes(fig: Figure, pixel_ratio: int = PIXEL_RATIO, tight: bool = False) 
     about a fifth less time, which a learner waits for at every change of an explorer's control
     (tests/benchmarks/browser_latency.py). The figure's dpi and canvas are put back afterwards.
     """
-    buffer = io.BytesIO()
     if tight:
+        buffer = io.BytesIO()
         fig.savefig(buffer, format="png", dpi=CSS_PX_PER_INCH * pixel_ratio, bbox_inches="tight")
         return buffer.getvalue()
     dpi, canvas = fig.dpi, fig.canvas
@@ -38,10 +38,17 @@ def png_bytes(fig: Figure, pixel_ratio: int = PIXEL_RATIO, tight: bool = False) 
         fig.dpi = CSS_PX_PER_INCH * pixel_ratio
         agg = FigureCanvasAgg(fig)
         agg.draw()
-        PIL.Image.fromarray(numpy.asarray(agg.buffer_rgba())).save(buffer, format="png", compress_level=1)
+        return encode(agg)
     finally:
         fig.dpi = dpi
         fig.set_canvas(canvas)
+
+
+def encode(agg: FigureCanvasAgg) -> bytes:
+    """What ``agg`` last drew, as PNG bytes, compressed lightly (zlib level 1): the one PNG encoder of the
+    course's figures, shared by ``png_bytes`` and ``redraw.Redraw``."""
+    buffer = io.BytesIO()
+    PIL.Image.fromarray(numpy.asarray(agg.buffer_rgba())).save(buffer, format="png", compress_level=1)
     return buffer.getvalue()
 
 

@@ -1,11 +1,14 @@
 """Figure: one DataParallel step as a timeline, one lane per thread, from a real ``dpcourse.trace()``."""
 
+import dataclasses
 import functools
 from collections.abc import Sequence
 
+from matplotlib.artist import Artist
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
+from matplotlib.text import Text
 from matplotlib.textpath import TextPath
 
 from dpcourse.trace import Span, Trace
@@ -74,6 +77,89 @@ def _bar(ax: Axes, span: Span, y: float, height: float, origin: float, total: fl
         ax.text(start + width / 2, y, span.step, ha="center", va="center", fontsize=LABEL_SIZE, clip_on=True)
 
 
+@dataclasses.dataclass(frozen=True)
+class Frame:
+    """What a timeline figure draws before its spans: lanes, their heights and the legend's entries.
+
+    Every step of one setting (same model, batch and devices) has the same frame, so ``TimelineCanvas``
+    draws it once and each further step only adds its spans.
+    """
+
+    lanes: tuple[str, ...]  # thread names, in reading order (``_lanes``)
+    heights: tuple[float, ...]  # lane 0 (the critical path) first, then each thread's lane
+    steps: tuple[str, ...]  # the legend's steps, in order of first appearance
+    replicas: tuple[tuple[int, str], ...]  # (replica or rank, its device), for the legend
+
+    @classmethod
+    def of(cls, trace: Trace) -> "Frame":
+        lanes = _lanes(trace.spans)
+        rows = [_rows([s for s in trace.spans if s.thread == thread]) for thread in lanes]
+        return cls(
+            lanes=tuple(lanes),
+            heights=(1.0, *(1.0 + ROW_EXTRA * max(r) for r in rows)),
+            steps=tuple(dict.fromkeys(s.step for s in trace.spans)),
+            replicas=tuple(sorted({s.replica: s.device for s in trace.spans if s.replica is not None}.items())),
+        )
+
+    @property
+    def tops(self) -> list[float]:
+        return [sum(self.heights[:i]) for i in range(len(self.heights))]
+
+    @property
+    def kind(self) -> tuple[str, str]:
+        """("DataParallel", "replica"), or ("DDP", "rank") for a DistributedDataParallel trace (lesson 10),
+        which has one lane per process, "rank-r", instead of threads."""
+        ranks = all(thread.startswith("rank-") for thread in self.lanes)
+        return ("DDP", "rank") if ranks else ("DataParallel", "replica")
+
+
+def draw_frame(frame: Frame) -> tuple[Figure, Axes, Text]:
+    """A figure with ``frame``'s lanes, axis labels and legend, and no spans yet; also its axes and its
+    (still empty) title, which ``draw_spans`` fills in."""
+    fig = new_figure(height=1.9 + 0.6 * sum(frame.heights))
+    ax = fig.subplots()
+    for top in frame.tops[1:]:
+        ax.axhline(top, color="#DDDDDD", linewidth=1)
+    ax.set_yticks([top + h / 2 for top, h in zip(frame.tops, frame.heights, strict=True)],
+                  [CRITICAL, *frame.lanes])
+    ax.set_ylim(sum(frame.heights), 0)
+    ax.set_xlabel("time since the first step began (ms)")
+    ax.set_ylabel("thread")
+    _, unit = frame.kind
+    handles = [Patch(color=step_color(step), label=step) for step in frame.steps]
+    handles += [Patch(facecolor="white", edgecolor=device_color(i), hatch="//", label=device_label(i, d, unit))
+                for i, d in frame.replicas]
+    legend_below(fig, handles)
+    return fig, ax, fig.suptitle("")
+
+
+def draw_spans(fig: Figure, ax: Axes, title: Text, trace: Trace, frame: Frame) -> list[Artist]:
+    """Draw ``trace``'s spans into a figure from ``draw_frame(frame)``, set its x range and title, and
+    return the artists added (bars, labels, the end line)."""
+    before = set(ax.get_children())
+    origin, total = trace.start, trace.duration * 1e3
+    # The axes' width before a layout engine makes room for the labels: less than it ends up, so a label
+    # that fits here fits in the drawn figure too.
+    points_per_ms = (fig.subplotpars.right - fig.subplotpars.left) * fig.get_figwidth() * 72 / (total * X_MARGIN)
+    for span in critical_path(trace):
+        _bar(ax, span, 0.5, BAR_HEIGHT, origin, total, CRITICAL, points_per_ms)
+    for thread, top, lane_height in zip(frame.lanes, frame.tops[1:], frame.heights[1:], strict=True):
+        spans = [s for s in trace.spans if s.thread == thread]
+        rows = _rows(spans)
+        row_height = (lane_height - 1 + BAR_HEIGHT) / (max(rows) + 1)
+        for span, row in zip(spans, rows, strict=True):
+            y = top + (1 - BAR_HEIGHT) / 2 + row_height * (row + 0.5)
+            _bar(ax, span, y, row_height * 0.9, origin, total, "span", points_per_ms)
+    ax.axvline(total, color="black", linestyle=":", linewidth=1)
+    ax.set_xlim(0, total * X_MARGIN)
+    kind, unit = frame.kind
+    devices = sorted({d for _, d in frame.replicas})
+    title.set_text(f"{kind} on {len(frame.replicas)} {unit}s ({', '.join(devices)}): "
+                   f"{total:.1f} ms end to end (dotted line)")
+    fig.dpcourse_data = {"lanes": list(frame.lanes), "critical": critical_path(trace), "duration_ms": total}
+    return [artist for artist in ax.get_children() if artist not in before]
+
+
 def timeline(trace: Trace) -> Figure:
     """Draw every span of ``trace`` as a bar in its thread's lane; x is milliseconds since the first span.
 
@@ -90,47 +176,7 @@ def timeline(trace: Trace) -> Figure:
         raise ValueError(
             "This trace is empty: record one step first, `with dpcourse.trace() as t: dp(x).sum().backward()`."
         )
-    origin = trace.start
-    total = trace.duration * 1e3
-    lanes = _lanes(trace.spans)
-    critical = critical_path(trace)
-
-    placed = [(thread, [s for s in trace.spans if s.thread == thread]) for thread in lanes]
-    placed = [(thread, spans, _rows(spans)) for thread, spans in placed]
-    heights = [1.0] + [1.0 + ROW_EXTRA * max(rows) for _, _, rows in placed]  # lane 0: the critical path
-    tops = [sum(heights[:i]) for i in range(len(heights))]
-
-    fig = new_figure(height=1.9 + 0.6 * sum(heights))
-    ax = fig.subplots()
-    # The axes' width before the layout makes room for the labels: less than it ends up, so a label that fits
-    # here fits in the drawn figure too.
-    points_per_ms = ax.get_position().width * fig.get_figwidth() * 72 / (total * X_MARGIN)
-    for span in critical:
-        _bar(ax, span, 0.5, BAR_HEIGHT, origin, total, CRITICAL, points_per_ms)
-    for top, lane_height, (_, spans, rows) in zip(tops[1:], heights[1:], placed, strict=True):
-        row_height = (lane_height - 1 + BAR_HEIGHT) / (max(rows) + 1)
-        for span, row in zip(spans, rows, strict=True):
-            y = top + (1 - BAR_HEIGHT) / 2 + row_height * (row + 0.5)
-            _bar(ax, span, y, row_height * 0.9, origin, total, "span", points_per_ms)
-    for top in tops[1:]:
-        ax.axhline(top, color="#DDDDDD", linewidth=1)
-    ax.axvline(total, color="black", linestyle=":", linewidth=1)
-    ax.set_yticks([top + h / 2 for top, h in zip(tops, heights, strict=True)], [CRITICAL] + lanes)
-    ax.set_ylim(sum(heights), 0)
-    ax.set_xlim(0, total * X_MARGIN)
-    ax.set_xlabel("time since the first step began (ms)")
-    ax.set_ylabel("thread")
-    steps = dict.fromkeys(s.step for s in trace.spans)
-    replicas = {s.replica: s.device for s in trace.spans if s.replica is not None}
-    handles = [Patch(color=step_color(step), label=step) for step in steps]
-    # A DistributedDataParallel trace (lesson 10) has one lane per process, "rank-r", instead of threads.
-    ranks = all(thread.startswith("rank-") for thread in lanes)
-    kind, unit = ("DDP", "rank") if ranks else ("DataParallel", "replica")
-    handles += [Patch(facecolor="white", edgecolor=device_color(i), hatch="//", label=device_label(i, d, unit))
-                for i, d in sorted(replicas.items())]
-    legend_below(fig, handles)
-    devices = sorted(set(replicas.values()))
-    fig.suptitle(f"{kind} on {len(replicas)} {unit}s ({', '.join(devices)}): "
-                 f"{total:.1f} ms end to end (dotted line)")
-    fig.dpcourse_data = {"lanes": lanes, "critical": critical, "duration_ms": total}
+    frame = Frame.of(trace)
+    fig, ax, title = draw_frame(frame)
+    draw_spans(fig, ax, title, trace, frame)
     return fig

@@ -149,15 +149,17 @@ OBSERVERS = {
 def observed_steps(recorder) -> Iterator[None]:
     """Swap every dpcourse reference to the four steps for its timed stand-in, and swap back on exit."""
     swapped: list[tuple[Any, str, Callable]] = []
+    stand_ins = {}  # id(original step) -> (original, its stand-in); the originals stay alive, so ids are theirs
+    for step, module_name in STEP_MODULES.items():
+        original = getattr(importlib.import_module(module_name), step)
+        stand_ins[id(original)] = original, OBSERVERS[step](recorder, original)
     try:
-        for step, module_name in STEP_MODULES.items():
-            original = getattr(importlib.import_module(module_name), step)
-            stand_in = OBSERVERS[step](recorder, original)
-            for module in [m for name, m in list(sys.modules.items()) if name.split(".")[0] == "dpcourse"]:
-                for attribute, value in list(vars(module).items()):
-                    if value is original:
-                        setattr(module, attribute, stand_in)
-                        swapped.append((module, attribute, original))
+        for module in [m for name, m in list(sys.modules.items()) if name.partition(".")[0] == "dpcourse"]:
+            for attribute, value in list(vars(module).items()):
+                if id(value) in stand_ins:
+                    original, stand_in = stand_ins[id(value)]
+                    setattr(module, attribute, stand_in)
+                    swapped.append((module, attribute, original))
         yield
     finally:
         for module, attribute, original in swapped:

@@ -2,6 +2,7 @@
 
 import copy
 import runpy
+import threading
 from pathlib import Path
 
 import jupytext
@@ -94,6 +95,17 @@ def one_after_another(functions, inputs):
     return [f(x) for f, x in zip(functions, inputs, strict=True)]
 
 
+def errors_left_in_the_threads(functions, inputs):
+    outputs = [None] * len(functions)
+    threads = [threading.Thread(target=lambda i=i: outputs.__setitem__(i, functions[i](inputs[i])))
+               for i in range(len(functions))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return outputs
+
+
 def reversed_gather(outputs):
     return torch.cat(outputs[::-1])
 
@@ -112,6 +124,13 @@ PLANTED = {
     "no threads": (
         with_piece(parallel_apply=one_after_another), ["capstone_parallel_apply", "capstone_data_parallel"]),
 }
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")  # the mistake: errors stay there
+def test_a_parallel_apply_that_leaves_errors_in_the_threads_fails_only_the_failing_replica_case():
+    report = checked("capstone_parallel_apply", with_piece(parallel_apply=errors_left_in_the_threads))
+    assert [outcome.verdict for outcome in report.outcomes] == ["passed"] * 3 + ["failed"]
+    assert "the caller never saw the error" in report.outcomes[-1].detail
 
 
 @pytest.mark.parametrize("mistake", PLANTED)

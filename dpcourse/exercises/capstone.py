@@ -10,7 +10,8 @@ exercise                    what the learner's code must do
                             backward **sums** every replica's gradient (reduce-add)
 ``capstone_replicate``      shallow copies of the module tree wired to the given tensors; replica 0 keeps the
                             original buffers (aliasing), the others get copies; plain attributes are shared
-``capstone_parallel_apply`` one new thread per replica, outputs in replica order
+``capstone_parallel_apply`` one new thread per replica, outputs in replica order; a replica's exception is
+                            raised again in the caller, after every thread has ended
 ``capstone_gather``         concatenate the outputs in replica order
 ``capstone_data_parallel``  all of it: outputs, gradients, BatchNorm statistics and rows per replica equal
                             to ``dpcourse.DataParallel``'s
@@ -122,8 +123,37 @@ def _probe(i: int, seen: list) -> Callable[[torch.Tensor], torch.Tensor]:
     return replica
 
 
+class ReplicaFailed(ValueError):
+    """What the failing replica of a ``capstone_parallel_apply`` case raises: the caller must see it."""
+
+
+def _failing(i: int, seen: list) -> Callable[[torch.Tensor], torch.Tensor]:
+    def replica(x: torch.Tensor) -> torch.Tensor:
+        seen.append((i, threading.current_thread().name))
+        raise ReplicaFailed(f"replica {i} failed")
+
+    return replica
+
+
+def _call_parallel_apply(function: Callable, case: Case) -> Any:
+    """The learner's outputs; in the case with a failing replica, the exception their function raised (or
+    what it returned instead, which the judge then rejects)."""
+    if "fails" not in case.context:
+        return function(*case.args)
+    try:
+        return function(*case.args)
+    except ReplicaFailed as error:
+        return error
+
+
 def _judge_parallel_apply(case: Case, outputs: Any) -> str | None:
     (functions, inputs), seen = case.args, case.context["seen"]
+    if "fails" in case.context:
+        if not isinstance(outputs, ReplicaFailed):
+            return (f"replica {case.context['fails']} raised ReplicaFailed in its thread, but your parallel_apply "
+                    f"returned {type(outputs).__name__}: the caller never saw the error")
+        return None if len(seen) == len(functions) else (
+            f"only {len(seen)} of {len(functions)} replicas ran: start every thread, even if one fails")
     expected = [x * (i + 1) for i, x in enumerate(inputs)]
     if (difference := first_difference(expected, outputs, "outputs")):
         return difference + " (output i must be functions[i](inputs[i]), in replica order)"
@@ -141,14 +171,20 @@ def _parallel_apply_cases() -> list[Case]:
         functions, inputs = [_probe(i, seen) for i in range(n)], [_rows(2) + i for i in range(n)]
         hint = "start every thread, then join them all, then return the outputs"
         cases.append(Case(_count(n, "replica"), (functions, inputs), hint, {"seen": seen}))
+    seen = []
+    functions = [_probe(0, seen), _failing(1, seen), _probe(2, seen)]
+    hint = "in each thread, catch the exception and keep it in place of the output; after joining, raise it"
+    cases.append(Case("3 replicas, replica 1 raises", (functions, [_rows(2)] * 3), hint, {"seen": seen, "fails": 1}))
     return cases
 
 
 register(Exercise(
     "capstone_parallel_apply",
-    "Write parallel_apply(functions, inputs): functions[i](inputs[i]) in a new thread each, outputs in order.",
+    "Write parallel_apply(functions, inputs): functions[i](inputs[i]) in a new thread each, outputs in order; "
+    "a replica's exception raised again in the caller.",
     _parallel_apply_cases,
     _judge_parallel_apply,
+    _call_parallel_apply,
 ))
 
 register(Exercise(

@@ -97,7 +97,9 @@ exercises.check("capstone_replicate", replicate)
 # %% [markdown]
 # ## 4. Parallel apply
 # Call `functions[i](inputs[i])` in a new thread for each replica, wait for all of them, and return the
-# outputs in replica order.
+# outputs in replica order. An exception in a thread does not reach the caller on its own: Python prints it
+# and the thread just ends. So keep it, and after joining every thread raise it again, as torch's
+# parallel_apply does (lesson 04; torch also names the replica and device).
 
 # %% tags=["solution"]
 def parallel_apply(functions: list, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
@@ -106,13 +108,19 @@ def parallel_apply(functions: list, inputs: list[torch.Tensor]) -> list[torch.Te
     outputs = [None] * len(functions)
 
     def run(i: int) -> None:
-        outputs[i] = functions[i](inputs[i])
+        try:
+            outputs[i] = functions[i](inputs[i])
+        except Exception as error:  # kept for the caller: on its own it would only end this thread
+            outputs[i] = error
 
     threads = [threading.Thread(target=run, args=(i,)) for i in range(len(functions))]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
+    for output in outputs:  # the first failure in replica order, as torch raises it
+        if isinstance(output, Exception):
+            raise output
     return outputs
     ### END SOLUTION
 

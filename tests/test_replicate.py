@@ -139,6 +139,7 @@ def test_tensor_at_reads_parameter_copies_on_replicas():
     assert tensor_at(replica, "fc.weight") is replica.fc.weight and tensor_at(replica, "bn.running_mean") is not None
 
 
+@pytest.mark.filterwarnings("ignore:`torch.jit.script_method` is deprecated")  # torch._dynamo's own imports
 @pytest.mark.parametrize("where", ["top", "child"])
 def test_a_compiled_module_is_refused_before_anything_is_touched(where):
     model = nn.Sequential(nn.Linear(2, 2), nn.ReLU())

@@ -2,7 +2,6 @@
 
 import copy
 import runpy
-import threading
 from pathlib import Path
 
 import jupytext
@@ -10,6 +9,7 @@ import pytest
 import torch
 
 from dpcourse import exercises
+from tests.test_exercises import one_thread_each  # a thread per replica, errors left in the threads
 
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
 without_solutions = runpy.run_path(str(NOTEBOOKS / "build.py"))["without_solutions"]
@@ -95,17 +95,6 @@ def one_after_another(functions, inputs):
     return [f(x) for f, x in zip(functions, inputs, strict=True)]
 
 
-def errors_left_in_the_threads(functions, inputs):
-    outputs = [None] * len(functions)
-    threads = [threading.Thread(target=lambda i=i: outputs.__setitem__(i, functions[i](inputs[i])))
-               for i in range(len(functions))]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    return outputs
-
-
 def reversed_gather(outputs):
     return torch.cat(outputs[::-1])
 
@@ -128,7 +117,7 @@ PLANTED = {
 
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")  # the mistake: errors stay there
 def test_a_parallel_apply_that_leaves_errors_in_the_threads_fails_only_the_failing_replica_case():
-    report = checked("capstone_parallel_apply", with_piece(parallel_apply=errors_left_in_the_threads))
+    report = checked("capstone_parallel_apply", with_piece(parallel_apply=one_thread_each))
     assert [outcome.verdict for outcome in report.outcomes] == ["passed"] * 3 + ["failed"]
     assert "the caller never saw the error" in report.outcomes[-1].detail
 

@@ -143,7 +143,7 @@ def _threads_one_at_a_time(functions, inputs):
     return outputs
 
 
-def _threads_even_for_one(functions, inputs):
+def one_thread_each(functions, inputs):
     outputs = [None] * len(functions)
     threads = [threading.Thread(target=lambda i=i: outputs.__setitem__(i, functions[i](inputs[i])))
                for i in range(len(functions))]
@@ -387,7 +387,7 @@ WRONG: dict[str, dict[str, Callable]] = {
         "a loop in the caller's thread": lambda fs, xs: [f(x) for f, x in zip(fs, xs, strict=True)],
         "one thread for all replicas": _one_thread_for_all,
         "threads one at a time": _threads_one_at_a_time,
-        "a thread even for one replica": _threads_even_for_one,
+        "a thread even for one replica": one_thread_each,
     },
     "in_callers_grad_mode": {
         "mode read when called": _mode_read_when_called,

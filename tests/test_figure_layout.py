@@ -24,11 +24,10 @@ from dpcourse.ddp.sampling import SETUPS, rank_orders
 from dpcourse.memory import MLP, Setup
 from dpcourse.quiz import EXPERIMENTS, run_experiment
 from dpcourse.trace import STEPS, Span, Trace
-from dpcourse.viz import redraw
+from dpcourse.viz import png, redraw
 from dpcourse.viz.gallery import FIGURES as GALLERY
 from dpcourse.viz.gallery import example_trace
 from dpcourse.viz.timeline_canvas import TimelineCanvas
-from dpcourse.widgets import _base as widgets_base
 from dpcourse.widgets import timeline as widgets_timeline
 
 TOLERANCE_PX = 1.0  # anti-aliasing: boxes that only touch are not an overlap
@@ -202,7 +201,7 @@ def test_no_explorer_figure_has_overlapping_text_at_its_controls_ends(name, monk
         drawn.append((repr(explorer), problems(fig)))
         return b""
 
-    monkeypatch.setattr(widgets_base, "png_bytes", checked_png)
+    monkeypatch.setattr(png, "png_bytes", checked_png)  # every explorer's figure_png
     monkeypatch.setattr(widgets_timeline, "png_bytes", checked_png)
     monkeypatch.setattr(redraw, "encode", lambda agg: checked_png(agg.figure))  # Timeline's kept figures
     # Timeline's placeholder is drawn once per process: drawn here too, and not left cached as b"".

@@ -1,7 +1,9 @@
 """dpcourse.viz: each figure draws what the real dpcourse calls computed; checked by content, not pixels."""
 
+import gc
 import io
 import time
+import weakref
 
 import matplotlib.pyplot as plt
 import pytest
@@ -27,7 +29,7 @@ from dpcourse.viz import (
 )
 from dpcourse.viz.gallery import FIGURES, example_scaling, example_trace
 from dpcourse.viz.palette import device_color
-from dpcourse.viz.png import css_width, png_bytes
+from dpcourse.viz.png import collector_paused, css_width, png_bytes, rendered
 from dpcourse.viz.replicate import BY_REFERENCE, COPY, SHARED
 from dpcourse.viz.timeline import CRITICAL, critical_path
 
@@ -261,3 +263,28 @@ def test_every_gradient_sum_bar_ends_inside_the_frame():
 def test_replicate_map_leaves_out_the_settings_of_torchs_own_layers():
     relations = replicate_map(Tagged(), dpcourse.devices(2)).dpcourse_data["relations"]
     assert "tag" in relations and not {"fc.in_features", "bn.eps", "bn.momentum"} & set(relations)
+
+
+def test_a_rendered_figure_is_freed_by_a_young_collection_and_the_collector_is_left_as_it_was():
+    made = []
+
+    def make() -> Figure:
+        made.append(weakref.ref(fig := chunk_split(10, 4)))
+        return fig
+
+    for enabled in (True, False):
+        (gc.enable if enabled else gc.disable)()
+        try:
+            png, width = rendered(make)
+            assert gc.isenabled() == enabled
+        finally:
+            gc.enable()
+        gc.collect(generation=0)  # a figure promoted while it was drawn would survive this
+        assert made[-1]() is None
+        assert png == png_bytes(chunk_split(10, 4)) and width == "900px"
+
+
+def test_the_collector_comes_back_after_an_error():
+    with pytest.raises(ValueError), collector_paused():
+        raise ValueError("drawing failed")
+    assert gc.isenabled()

@@ -14,7 +14,7 @@ from typing import Any
 import ipywidgets as widgets
 from matplotlib.figure import Figure
 
-from dpcourse.viz.png import css_width, png_bytes
+from dpcourse.viz.png import rendered
 
 from .look_ahead import LookAhead, next_value
 
@@ -124,10 +124,10 @@ class Explorer(widgets.VBox):
         self.children = [*rows, self.image, self.message]
 
     def figure_png(self, key: Hashable, make: Callable[[], Figure]) -> tuple[bytes, str]:
-        """The PNG and ``css_width`` of the figure ``make()`` draws, rendered once per ``key``."""
+        """The PNG and ``css_width`` of the figure ``make()`` draws, rendered once per ``key`` (``png.rendered``:
+        the figure is freed young, so no full garbage collection lands in a later interaction)."""
         if key not in self._pngs:
-            fig = make()
-            self._pngs[key] = png_bytes(fig), css_width(fig)
+            self._pngs[key] = rendered(make)
         return self._pngs[key]
 
     def show_figure(self, key: Hashable, make: Callable[[], Figure] | None) -> None:

@@ -97,8 +97,13 @@ class GradientSum(Explorer):
     def _prepare(self, setting: tuple[str, int, int]) -> tuple[float, str]:
         """The difference and its explanation for ``setting``, its figure rendered: computed once, then cached."""
         if setting not in self._results:
-            fig = gradient_figure(*setting)
-            data = fig.dpcourse_data
-            self.figure_png(setting, lambda: fig)
+            data: dict = {}
+
+            def make() -> Figure:
+                fig = gradient_figure(*setting)
+                data.update(fig.dpcourse_data)
+                return fig
+
+            self.figure_png(setting, make)
             self._results[setting] = (data["max_abs_diff"], explain(setting[0], setting[1], data))
         return self._results[setting]

@@ -81,8 +81,7 @@ def _drawing_order(fig: Figure, artists: Sequence[Artist]) -> list[Artist]:
     group = {id(ax): i for i, ax in enumerate(fig.axes)}
 
     def key(artist: Artist) -> tuple[int, float, int]:
-        axes_index = group.get(id(artist.axes), len(group)) if artist.axes is not None else len(group)
-        return axes_index, artist.get_zorder(), position[id(artist)]
+        return group.get(id(artist.axes), len(group)), artist.get_zorder(), position[id(artist)]
 
     return sorted(artists, key=key)
 

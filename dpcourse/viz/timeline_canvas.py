@@ -7,8 +7,6 @@ follows the step's length), the spines (bars start at the left one) and the titl
 """
 
 from matplotlib.artist import Artist
-from matplotlib.axes import Axes
-from matplotlib.text import Text
 
 from dpcourse.trace import Trace
 
@@ -28,9 +26,7 @@ class _Drawn:
 
     @property
     def changing(self) -> list[Artist]:
-        ax: Axes = self.ax
-        title: Text = self.title
-        return [*self.spans, *ax.spines.values(), ax.xaxis, title]
+        return [*self.spans, *self.ax.spines.values(), self.ax.xaxis, self.title]
 
 
 class TimelineCanvas:

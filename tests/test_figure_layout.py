@@ -201,8 +201,7 @@ def test_no_explorer_figure_has_overlapping_text_at_its_controls_ends(name, monk
         drawn.append((repr(explorer), problems(fig)))
         return b""
 
-    monkeypatch.setattr(png, "png_bytes", checked_png)  # every explorer's figure_png
-    monkeypatch.setattr(widgets_timeline, "png_bytes", checked_png)
+    monkeypatch.setattr(png, "png_bytes", checked_png)  # every explorer's figure_png and Timeline's placeholder
     monkeypatch.setattr(redraw, "encode", lambda agg: checked_png(agg.figure))  # Timeline's kept figures
     # Timeline's placeholder is drawn once per process: drawn here too, and not left cached as b"".
     widgets_timeline.placeholder_png.cache_clear()

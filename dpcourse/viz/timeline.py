@@ -141,7 +141,8 @@ def draw_spans(fig: Figure, ax: Axes, title: Text, trace: Trace, frame: Frame) -
     # The axes' width before a layout engine makes room for the labels: less than it ends up, so a label
     # that fits here fits in the drawn figure too.
     points_per_ms = (fig.subplotpars.right - fig.subplotpars.left) * fig.get_figwidth() * 72 / (total * X_MARGIN)
-    for span in critical_path(trace):
+    critical = critical_path(trace)
+    for span in critical:
         _bar(ax, span, 0.5, BAR_HEIGHT, origin, total, CRITICAL, points_per_ms)
     for thread, top, lane_height in zip(frame.lanes, frame.tops[1:], frame.heights[1:], strict=True):
         spans = [s for s in trace.spans if s.thread == thread]
@@ -156,7 +157,7 @@ def draw_spans(fig: Figure, ax: Axes, title: Text, trace: Trace, frame: Frame) -
     devices = sorted({d for _, d in frame.replicas})
     title.set_text(f"{kind} on {len(frame.replicas)} {unit}s ({', '.join(devices)}): "
                    f"{total:.1f} ms end to end (dotted line)")
-    fig.dpcourse_data = {"lanes": list(frame.lanes), "critical": critical_path(trace), "duration_ms": total}
+    fig.dpcourse_data = {"lanes": list(frame.lanes), "critical": critical, "duration_ms": total}
     return [artist for artist in ax.get_children() if artist not in before]
 
 

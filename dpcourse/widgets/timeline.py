@@ -3,9 +3,10 @@
 import functools
 
 import ipywidgets as widgets
+from matplotlib.figure import Figure
 
 from dpcourse.viz.palette import new_figure
-from dpcourse.viz.png import css_width, png_bytes
+from dpcourse.viz.png import rendered
 from dpcourse.viz.timeline_canvas import TimelineCanvas
 from dpcourse.workloads import ModelToTime
 
@@ -19,11 +20,15 @@ BATCHES = (16, 64, 256)
 def placeholder_png() -> tuple[bytes, str]:
     """The empty plot shown until Run is pressed (PNG, css_width): nothing is timed, so a notebook's stored
     output never varies."""
-    fig = new_figure(height=1.5)
-    ax = fig.subplots()
-    ax.text(0.5, 0.5, "No steps traced yet: choose the settings, then press Run.", ha="center", va="center")
-    ax.set_axis_off()
-    return png_bytes(fig), css_width(fig)
+
+    def make() -> Figure:
+        fig = new_figure(height=1.5)
+        ax = fig.subplots()
+        ax.text(0.5, 0.5, "No steps traced yet: choose the settings, then press Run.", ha="center", va="center")
+        ax.set_axis_off()
+        return fig
+
+    return rendered(make)
 
 
 class Timeline(Explorer):

@@ -28,7 +28,7 @@ from torch import nn
 from .data_parallel import DataParallel
 from .devices import devices
 from .examples import loss_fn
-from .timing import timed_step
+from .timing import synchronized_clock, timed_step
 from .trace import trace
 from .workloads import ModelToTime, lesson_mlp
 
@@ -280,24 +280,30 @@ def _one_core() -> Iterator[None]:
             os.sched_setaffinity(0, cores)
 
 
-def measure(setups: Sequence[Setup], rounds: int = 8, steps: int = 5, clock: Literal["cpu", "wall"] = "cpu"
-            ) -> list[tuple[float, dict[str, float]]]:
-    """Time forward + backward of every setup on CPU devices, all on one core: each one's fastest step.
+def measure(setups: Sequence[Setup], rounds: int = 8, steps: int = 5, clock: Literal["cpu", "wall"] = "cpu",
+            device: str = "cpu") -> list[tuple[float, dict[str, float]]]:
+    """Time forward + backward of every setup: each one's fastest step, and with ``traced``, its spans.
+
+    On CPU devices (``device="cpu"``) everything runs on one core. On a GPU (``device="cuda:0"``) every
+    replica of a setup shares that GPU, and a step is timed from the moment the GPU is idle to the moment it
+    has finished the step's work (``synchronized_clock``), so the launches and the GPU work both count.
 
     Traced setups also give the fastest time of every span (summed over the replicas). The setups take
     turns, ``steps`` steps each per round, so a busy spell of another program hits them all alike, and the
     fastest step counts: other programs only ever add time. ``clock="cpu"`` counts this process's CPU time:
     on an idle core that is the wall time, and unlike ``clock="wall"`` it does not grow while another program
-    holds the core. Span times are wall times.
+    holds the core. Span times are wall times, or CUDA event times on a GPU.
     """
-    now = time.process_time if clock == "cpu" else time.perf_counter
+    gpu = torch.device(device).type == "cuda"
+    now = synchronized_clock([device]) if gpu else time.process_time if clock == "cpu" else time.perf_counter
     runs = []
     for setup in setups:
-        module = setup.model_to_time.model()
-        dp = DataParallel(module, devices=devices(setup.devices) if setup.devices > 1 else ["cpu"])
-        x, y = setup.model_to_time.batch(setup.batch)
+        module = setup.model_to_time.model().to(device)
+        replicas = [torch.device(device)] * setup.devices if gpu else devices(setup.devices)
+        dp = DataParallel(module, devices=replicas if setup.devices > 1 else [device])
+        x, y = setup.model_to_time.batch(setup.batch, device)
         runs.append((setup, module, dp, x, functools.partial(loss_fn, target=y), [], defaultdict(list)))
-    with _one_core():
+    with contextlib.nullcontext() if gpu else _one_core():
         for round_ in range(rounds):
             for setup, module, dp, x, loss, totals, spans in runs:
                 for step in range(steps):
@@ -330,10 +336,11 @@ class Calibration:
     table: list[dict]
 
     def __str__(self) -> str:
-        lines = ["hidden depth devices  measured ms  predicted ms  error  used"]
+        lines = ["hidden depth batch devices  measured ms  predicted ms  error  used"]
         for r in self.table:
-            lines.append(f"{r['hidden']:>6} {r['depth']:>5} {r['devices']:>7} {r['measured'] * 1e3:>12.3f} "
-                         f"{r['predicted'] * 1e3:>13.3f} {r['predicted'] / r['measured'] - 1:>+6.0%}  {r['used']}")
+            lines.append(f"{r['hidden']:>6} {r['depth']:>5} {r['batch']:>5} {r['devices']:>7} "
+                         f"{r['measured'] * 1e3:>12.3f} {r['predicted'] * 1e3:>13.3f} "
+                         f"{r['predicted'] / r['measured'] - 1:>+6.0%}  {r['used']}")
         return "\n".join(lines)
 
 
@@ -376,14 +383,71 @@ def calibrate(sizes: Sequence[tuple[int, int]] = ((32, 10), (768, 3)), batches: 
                         replicate_time, step_overhead, 0.0, PRESETS["laptop CPU"].ddp_overhead, pipelined=False,
                         asynchronous=False, sources="fitted by calibrate() on this machine; ddp_overhead from the "
                         "laptop CPU preset")
+    return _fit_copies(hardware, fitted, step_seconds[: len(fitted)], held_out, step_seconds[len(fitted) :])
+
+
+def _fit_copies(hardware: Hardware, fitted: Sequence[Setup], fitted_seconds: Sequence[float],
+                held_out: Sequence[Setup], held_out_seconds: Sequence[float], bandwidth: float | None = None
+                ) -> Calibration:
+    """Fit beta, alpha and h_dp to what untraced DP steps take beyond the terms ``hardware`` already has.
+
+    With a measured ``bandwidth`` (bytes/s), beta is that and only alpha and h_dp are fitted.
+    """
     rest = [t - sum(step_time("dp", s.devices, s.workload(), hardware).values())
-            for s, t in zip(fitted, step_seconds[: len(fitted)], strict=True)]
-    rows = _rows(fitted, lambda n, w, b: [2 * (n - 1) * w.params * w.bytes_per_param, 2 * n, 1])
-    per_byte, latency, dp_overhead = _fit(rows, rest)
+            for s, t in zip(fitted, fitted_seconds, strict=True)]
+    if bandwidth is None:
+        rows = _rows(fitted, lambda n, w, b: [2 * (n - 1) * w.params * w.bytes_per_param, 2 * n, 1])
+        per_byte, latency, dp_overhead = _fit(rows, rest)
+    else:
+        per_byte = 1 / bandwidth
+        rest = [t - 2 * (s.devices - 1) * s.workload().params * s.workload().bytes_per_param * per_byte
+                for s, t in zip(fitted, rest, strict=True)]
+        latency, dp_overhead = _fit(_rows(fitted, lambda n, w, b: [2 * n, 1]), rest)
     hardware = dataclasses.replace(hardware, bandwidth=1 / per_byte if per_byte else math.inf, latency=latency,
                                    dp_overhead=dp_overhead)
-    table = [{"hidden": s.hidden, "depth": s.depth, "devices": s.devices, "measured": t,
+    table = [{"hidden": s.hidden, "depth": s.depth, "devices": s.devices, "batch": s.batch, "measured": t,
               "predicted": sum(step_time("dp", s.devices, s.workload(), hardware).values()),
-              "used": "fitted" if s in fitted else "held out"}
-             for s, t in zip(fitted + held_out, step_seconds, strict=True)]
+              "used": "fitted" if i < len(fitted) else "held out"}
+             for i, (s, t) in enumerate(zip([*fitted, *held_out], [*fitted_seconds, *held_out_seconds], strict=True))]
     return Calibration(hardware, table)
+
+
+def fit_gpu(measured: Sequence[dict], copy_bandwidth: float, name: str, sources: str) -> Calibration:
+    """Fit one GPU's terms from ``costmodel.measure`` rows taken on it (``dpcourse.recording`` keeps them).
+
+    Each row is a ``Setup``'s fields plus ``seconds`` (its fastest step) and ``spans``. Every replica shares
+    the one GPU (``compute_units=1``), and the GPU runs behind Python (``asynchronous``): a step takes
+    ``max(compute, python) + h``. ``copy_bandwidth`` is a plain copy's bytes/s within the GPU's memory.
+
+    1. One device, small models (hidden <= 128), whose kernels the GPU finishes faster than Python launches
+       them: ``T_1 = M * o + h`` gives o and h.
+    2. One device, wide models (hidden >= 2048), where the GPU's arithmetic is the step:
+       ``T_1 - h = B * 6P / F + 3S / mu`` gives F and mu.
+    3. Traced DP steps: the ``replicate`` span gives r, as ``calibrate`` does.
+    4. Untraced DP steps: beta is ``copy_bandwidth`` (copies and sums between replicas stay in the GPU's
+       memory), and what the steps take beyond every other term gives alpha and h_dp.
+
+    Sizes not used in 1 and 2 are measured but not fitted: "held out" in the table.
+    """
+    rows = [(Setup(r["hidden"], r["depth"], r["devices"], r["batch"], r["traced"]), r) for r in measured]
+    small = [(s, r["seconds"]) for s, r in rows if s.devices == 1 and s.hidden <= 128]
+    wide = [(s, r["seconds"]) for s, r in rows if s.devices == 1 and s.hidden >= 2048]
+    sizes = {(s.hidden, s.depth) for s, _ in small + wide}
+    traced = [(s, r["spans"]) for s, r in rows if s.devices > 1 and s.traced]
+    fitted = [(s, r["seconds"]) for s, r in rows if s.devices > 1 and not s.traced and (s.hidden, s.depth) in sizes]
+    held_out = [(s, r["seconds"]) for s, r in rows if (s.hidden, s.depth) not in sizes]
+
+    module_time, step_overhead = _fit(_rows([s for s, _ in small], lambda n, w, b: [w.modules, 1]),
+                                      [t for _, t in small])
+    per_flop, per_byte_read = _fit(
+        _rows([s for s, _ in wide], lambda n, w, b: [b * w.flops, 3 * w.params * w.bytes_per_param]),
+        [t - step_overhead for _, t in wide])
+    replicate_time = _fit(
+        _rows([s for s, _ in traced], lambda n, w, b: [n * w.modules, (n - 1) * w.params * w.bytes_per_param, n - 1]),
+        [spans["replicate"] for _, spans in traced])[0]
+    hardware = Hardware(name, 1 / per_flop if per_flop else math.inf,
+                        1 / per_byte_read if per_byte_read else math.inf, 1, math.inf, 0.0, module_time,
+                        replicate_time, step_overhead, 0.0, PRESETS["one GPU"].ddp_overhead, pipelined=False,
+                        asynchronous=True, sources=sources)
+    return _fit_copies(hardware, [s for s, _ in fitted], [t for _, t in fitted],
+                       [s for s, _ in held_out], [t for _, t in held_out], copy_bandwidth)

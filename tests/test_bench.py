@@ -13,6 +13,7 @@ import ipywidgets as w
 import torch
 
 from dpcourse import timing
+from dpcourse.workloads import ModelToTime
 from tests.benchmarks import course, gpu
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -102,3 +103,9 @@ def test_the_replicate_bandwidth_measurement_runs_on_cpu_devices():
     assert result["bytes_copied"] == 2 * (32 * 32 + 32) * 4
     assert set(result["gb_per_s"]) == {"copy coalesced", "copy per tensor", "dpcourse.replicate"}
     assert result["share_of_ceiling"] > 0
+
+
+def test_the_ddp_measurement_runs_two_gloo_ranks_on_cpu():
+    result = gpu.ddp_on_one_gpu(ModelToTime("tiny", (8, 16, 4)), batch=8, rounds=3, warmup=1, device="cpu")
+    assert result["ranks"] == 2 and result["devices"] == ["cpu", "cpu"]
+    assert result["steps"]["n"] == 3 and result["steps"]["median_ms"] > 0

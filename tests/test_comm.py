@@ -14,7 +14,7 @@ DTYPES = [torch.float32, torch.float64, torch.int64]
 
 @settings(max_examples=80, deadline=None)
 @given(st.lists(st.tuples(st.sampled_from(DTYPES), st.integers(1, 40), st.booleans()), max_size=12))
-def test_buckets_cover_every_tensor_once_one_dtype_each_within_the_limit(specs):
+def test_buckets_cover_every_tensor_once_one_dtype_each_closed_at_the_limit(specs):
     tensors = [torch.ones(n, dtype=d).to_sparse() if sparse else torch.ones(n, dtype=d) for d, n, sparse in specs]
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(comm, "BUCKET_BYTES", 64)  # small buckets, so that small tensors fill several
@@ -22,9 +22,14 @@ def test_buckets_cover_every_tensor_once_one_dtype_each_within_the_limit(specs):
     assert sorted(i for group in groups for i in group) == list(range(len(tensors)))
     for group in groups:
         assert len({tensors[i].dtype for i in group}) == 1
-        assert len(group) == 1 or sum(tensors[i].numel() * tensors[i].element_size() for i in group) <= 64
+        # a bucket closes once it holds 64 bytes or more: only its last tensor can take it over the limit
+        assert sum(tensors[i].numel() * tensors[i].element_size() for i in group[:-1]) < 64
         assert len(group) == 1 or not any(tensors[i].is_sparse for i in group)
         assert group == sorted(group)  # tensors keep their order inside a bucket
+    dense = [g for g in groups if not tensors[g[0]].is_sparse]
+    for group in dense:  # every dense bucket but the last of its dtype was closed by reaching the limit
+        later = [g for g in dense if tensors[g[0]].dtype == tensors[group[0]].dtype and g[0] > group[0]]
+        assert not later or sum(tensors[i].numel() * tensors[i].element_size() for i in group) >= 64
 
 
 def test_broadcast_returns_the_inputs_for_device_0_and_one_flat_copy_per_bucket_elsewhere():

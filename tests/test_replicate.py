@@ -107,10 +107,10 @@ def test_empty_device_list_gives_no_replicas_as_in_torch():
     assert dpcourse.replicate(nn.Linear(1, 1), []) == []
 
 
-def test_buckets_group_by_dtype_up_to_the_size_limit():
+def test_buckets_group_by_dtype_and_close_once_they_reach_the_size_limit():
     big = torch.zeros(BUCKET_BYTES // 4)
     tensors = [torch.zeros(2), torch.zeros(2, dtype=torch.int64), torch.zeros(3), big, torch.zeros(1)]
-    assert buckets(tensors) == [[0, 2], [1], [3], [4]]
+    assert buckets(tensors) == [[0, 2, 3], [1], [4]]  # the big tensor joins the open float32 bucket and closes it
 
 
 @pytest.mark.parametrize(

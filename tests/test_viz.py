@@ -179,6 +179,11 @@ def test_timeline_draws_one_bar_per_span_and_one_lane_per_thread():
     assert fig.axes[0].get_xlabel().endswith("(ms)")
 
 
+def test_timeline_puts_a_note_under_its_title():
+    fig = timeline(example_trace(), "recorded on a GPU, 2026-11-26")
+    assert fig._suptitle.get_text().endswith("(dotted line)\nrecorded on a GPU, 2026-11-26")
+
+
 def test_timeline_of_a_gpu_like_trace_stacks_overlapping_spans():
     spans = [
         {"step": "scatter", "start": 0.0, "end": 0.001, "thread": "MainThread"},

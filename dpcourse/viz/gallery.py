@@ -13,7 +13,7 @@ from matplotlib.figure import Figure
 from torch import nn
 
 import dpcourse
-from dpcourse import examples, memory
+from dpcourse import examples, memory, recording
 from dpcourse.trace import Trace
 
 from .chunks import chunk_split
@@ -61,6 +61,7 @@ FIGURES: dict[str, Callable[[], Figure]] = {
     "gradient_sum": gradient_sum,
     "per_replica_mean_bias": per_replica_mean_bias,
     "timeline": lambda: timeline(example_trace()),
+    "timeline_recorded_on_a_gpu": lambda: timeline(recording.load().traces[3][-1], recording.load().label),
     "scaling": example_scaling,
     "memory_bars": lambda: memory_bars([memory.measure(memory.Setup()),
                                         memory.measure(memory.Setup(kind="DataParallel", devices=4))]),

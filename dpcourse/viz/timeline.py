@@ -133,9 +133,9 @@ def draw_frame(frame: Frame) -> tuple[Figure, Axes, Text]:
     return fig, ax, fig.suptitle("")
 
 
-def draw_spans(fig: Figure, ax: Axes, title: Text, trace: Trace, frame: Frame) -> list[Artist]:
-    """Draw ``trace``'s spans into a figure from ``draw_frame(frame)``, set its x range and title, and
-    return the artists added (bars, labels, the end line)."""
+def draw_spans(fig: Figure, ax: Axes, title: Text, trace: Trace, frame: Frame, note: str = "") -> list[Artist]:
+    """Draw ``trace``'s spans into a figure from ``draw_frame(frame)``, set its x range and title (with
+    ``note`` on a second line), and return the artists added (bars, labels, the end line)."""
     before = set(ax.get_children())
     origin, total = trace.start, trace.duration * 1e3
     # The axes' width before a layout engine makes room for the labels: less than it ends up, so a label
@@ -156,13 +156,15 @@ def draw_spans(fig: Figure, ax: Axes, title: Text, trace: Trace, frame: Frame) -
     kind, unit = frame.kind
     devices = sorted({d for _, d in frame.replicas})
     title.set_text(f"{kind} on {len(frame.replicas)} {unit}s ({', '.join(devices)}): "
-                   f"{total:.1f} ms end to end (dotted line)")
+                   f"{total:.1f} ms end to end (dotted line)" + (f"\n{note}" if note else ""))
     fig.dpcourse_data = {"lanes": list(frame.lanes), "critical": critical, "duration_ms": total}
     return [artist for artist in ax.get_children() if artist not in before]
 
 
-def timeline(trace: Trace) -> Figure:
+def timeline(trace: Trace, note: str = "") -> Figure:
     """Draw every span of ``trace`` as a bar in its thread's lane; x is milliseconds since the first span.
+
+    ``note`` is a second title line, e.g. ``dpcourse.recording.load().label`` for the recorded GPU step.
 
     Fill = the step (scatter, replicate, forward, gather, gather-backward, backward, reduce-add); replica
     spans are outlined and hatched in their replica's device colour. The top lane repeats the critical path
@@ -179,5 +181,5 @@ def timeline(trace: Trace) -> Figure:
         )
     frame = Frame.of(trace)
     fig, ax, title = draw_frame(frame)
-    draw_spans(fig, ax, title, trace, frame)
+    draw_spans(fig, ax, title, trace, frame, note)
     return fig

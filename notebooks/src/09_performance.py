@@ -119,6 +119,48 @@ print(f"the replicas' own forward and backward: {compute_ms / step_ms:.0%} of th
 widgets.Timeline(model="many-layers", batch=64, devices=2)
 
 # %% [markdown]
+# ### The same step, recorded on a GPU
+# Every run above used CPU devices. `dpcourse.recording` ships one step recorded on a data-centre GPU: the
+# same MLP, batch 256 and `dp(x).pow(2).mean().backward()`, on 1 to 4 replicas that all share the one GPU,
+# its spans timed by CUDA events on the GPU's stream. It was made with `python -m dpcourse.recording`,
+# which any CUDA machine can run again. The cell prints what it recorded, then draws the 3-replica step
+# next to your CPU run above:
+
+# %%
+from dpcourse import recording
+
+gpu = recording.load()
+print(f"{gpu.label} (torch {gpu.torch}, CUDA {gpu.cuda})")
+for n in sorted(gpu.step_seconds):
+    alone = "the model alone, no DataParallel" if n == 1 else f"{gpu.step_ms(n) / gpu.step_ms(1):.1f} x the model alone"
+    print(f"{n} replica(s): median step {gpu.step_ms(n):.2f} ms ({alone})")
+recorded = gpu.traces[3][-1]
+for step in STEPS:
+    spans = recorded.steps(step)
+    if spans:
+        print(f"{step:16s} x{len(spans)}  threads {sorted({s.thread for s in spans})}  "
+              f"bytes copied {sum(s.bytes_copied for s in spans):>9,}")
+viz.timeline(recorded, gpu.label)
+
+# %% [markdown]
+# What the recording shows:
+# - **Backward left the main thread.** Gather's backward, every replica's backward and reduce-add ran on
+#   `Dummy-1`, the name Python gives a thread it did not start: the autograd engine's worker thread for
+#   `cuda:0`. On the CPU run above they all ran on MainThread.
+# - **On one GPU, DataParallel only adds.** With 2 to 4 replicas the step took 4.0 to 5.6 times as long as
+#   the model alone (the cell's first lines). All replicas share the GPU's one current stream (its
+#   `parallel_apply` runs each replica under `torch.cuda.current_stream(device)`, as torch's does), so their
+#   kernels queue one after another. The forward bars overlap because the three threads' launches
+#   interleave on that stream, not because the GPU runs them side by side.
+# - **The bytes are the same as on the CPU**: replicate copies the parameters for replicas 1 and 2, gather
+#   copies every output row into one tensor, reduce-add sums replicas 1 and 2's gradients into new
+#   tensors. Scatter copies 0 bytes here too: the input already sits on `cuda:0`, so its chunks are views.
+#
+# What it cannot show: a link between two GPUs. Every copy stayed inside one GPU's memory, so this is
+# DataParallel's own cost next to a fast GPU's arithmetic, not what PCIe or NVLink would add. Lesson 10 fits
+# the cost model's GPU terms to the same recording.
+
+# %% [markdown]
 # ## What replication costs
 # DataParallel keeps only your model. How often does it build the replicas, and how much does that copy?
 
@@ -386,7 +428,8 @@ viz.scaling({n: rounds.samples[str(n)] for n in counts})
 # parameters whatever n is (without NCCL, torch copies to one device after another, and the time grows
 # with n). Gather stays. So, predicted by lesson 10's cost model: past some n the Python overhead
 # dominates and adding devices makes steps slower; lesson 10 draws these curves and names their
-# assumptions. No GPU measurement ships with the course yet.
+# assumptions. The one GPU measurement that ships with the course, the recording above, has every replica
+# on one GPU, so it cannot show this curve across GPUs.
 #
 # How well documented is that? Less than the articles claim: the PyTorch docs recommend
 # DistributedDataParallel for any multi-GPU training, "even if there is only a single node"

@@ -276,13 +276,26 @@ print(f"  in the threads {sorted({span.thread for span in dp_trace.spans})}")
 #   its own).
 #
 # On these CPU "devices" both share 2 cores, and gloo sends the gradients through the loopback network,
-# so the timings say nothing about GPUs. There, [NCCL](00_start_here.ipynb#Glossary) runs the all-reduces on its own CUDA stream,
-# and no GPU measurement has been made for this course yet (docs/benchmarks.md).
+# so the timings say nothing about GPUs. There, [NCCL](00_start_here.ipynb#Glossary) runs the all-reduces on its own CUDA stream.
+# One DataParallel step on a real GPU ships with the course (`dpcourse.recording`, lesson 09): 3 replicas of
+# lesson 09's MLP sharing one GPU. Next to the CPU run above, its backward runs on the autograd engine's
+# thread for the GPU (`Dummy-1`), not on the main thread:
+
+# %%
+from dpcourse import recording
+
+gpu = recording.load()
+viz.timeline(gpu.traces[3][-1], gpu.label)
+
+# %% [markdown]
+# The course's GPU benchmark (`docs/benchmarks.md`, GPU section) also ran DDP with 2 processes sharing that
+# one GPU (gloo, since NCCL wants a GPU per rank) against DataParallel on `[0, 0]`; one GPU cannot show how
+# either scales across GPUs.
 
 # %% [markdown]
 # ## Cost model
-# What would happen on real GPUs, then? Without a GPU measurement, the course answers with a model, and
-# says so: `dpcourse.costmodel` writes a training step's time as a sum of terms, one per line of a formula,
+# What would happen on several real GPUs, then? The course has no measurement across GPUs, so it answers with
+# a model, and says so: `dpcourse.costmodel` writes a training step's time as a sum of terms, one per line of a formula,
 # for one device, DataParallel and DDP. Everything in this section is **predicted by the cost model**, not
 # measured:
 
@@ -321,9 +334,41 @@ viz.plot_speedup("8 GPUs, NVLink")
 # peaks at the device count the cell prints and slows down with every GPU after that. The faster link
 # lifts DataParallel's curve but does not move its peak: in the model, NCCL's pipelined copies cost the
 # same for any number of GPUs, and what grows with N, the per-replica Python and replication work, does
-# not depend on the link. These are predictions from assumed numbers: a GPU measurement could move the
-# peak. Try other machines, batches, model sizes and link speeds; the table lists each term for one device
-# and for 2 and 8 devices, so you can see which one grows:
+# not depend on the link. These are predictions from assumed numbers: a measurement across GPUs could move
+# the peak.
+#
+# ### The model against a real GPU
+# Part of the model can be checked. The recording from lesson 09 also holds `costmodel.measure` runs of
+# the lesson MLP at 6 sizes on that GPU: one device, and 2 to 4 replicas sharing it. `costmodel.fit_gpu`
+# fits the GPU's terms to 4 of the sizes (`gpu.calibrated()`), and predicts the other 2, which it never saw:
+
+# %%
+calibration = gpu.calibrated()
+h = calibration.hardware
+print(gpu.label)
+print(f"F = {h.flops / 1e12:.1f} TFLOP/s, mu = {h.memory_bandwidth / 1e9:,.0f} GB/s, "
+      f"beta = {h.bandwidth / 1e9:,.0f} GB/s (a plain copy within the GPU, measured), o = {h.module_time * 1e6:.0f} us, "
+      f"r = {h.replicate_time * 1e6:.0f} us, alpha = {h.latency * 1e6:.0f} us, h = {h.step_overhead * 1e6:.0f} us, "
+      f"h_dp = {h.dp_overhead * 1e6:,.0f} us")
+preset = costmodel.PRESETS["one GPU"]
+print(f"the 'one GPU' preset assumed F = {preset.flops / 1e12:.0f} TFLOP/s, mu = {preset.memory_bandwidth / 1e9:,.0f} GB/s, "
+      f"o = {preset.module_time * 1e6:.0f} us, h_dp = {preset.dp_overhead * 1e6:.0f} us")
+print(calibration)
+errors = [abs(r["predicted"] / r["measured"] - 1) for r in calibration.table if r["used"] == "held out"]
+print(f"held out: predicted within {max(errors):.0%} of the measured step")
+
+# %% [markdown]
+# The printed table is predicted against measured, step by step. What the fit says about this GPU:
+# - its arithmetic (F) and memory (mu) are faster than the preset assumed: the preset's numbers are an older
+#   GPU's (the A100), and fp32;
+# - its Python costs are larger: `o` is what one module costs per step, forward and backward, and `h_dp` what
+#   every DataParallel step adds on top (threads, autograd bookkeeping). Both are CPU time, which a faster GPU
+#   does not shrink;
+# - `beta` is not fitted but measured: on one GPU the copies between replicas never leave its memory.
+#
+# The link terms for PCIe or NVLink stay assumptions: this recording has no second GPU. Try other machines,
+# batches, model sizes and link speeds; the table lists each term for one device and for 2 and 8 devices, so
+# you can see which one grows:
 
 # %%
 widgets.CostModelCalculator()

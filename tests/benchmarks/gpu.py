@@ -9,10 +9,12 @@ cuda:0 (read and written in the same memory): it says what replicate costs, not 
 from collections.abc import Callable, Sequence
 
 import torch
+import torch.distributed as dist
 from torch import nn
 
 import dpcourse
-from dpcourse.timing import Sample, interleaved, summary
+from dpcourse.ddp.launcher import launch
+from dpcourse.timing import Sample, interleaved, summary, wall_time
 from dpcourse.workloads import ModelToTime
 
 from .workloads import batch_size, dp_step, tracing_cost, training_step, workloads
@@ -35,9 +37,9 @@ def cuda_time(step: Callable[[], object]) -> Sample:
 
 
 def device_lists() -> list[list[int]]:
-    """``[0]``, ``[0, 0]`` (two replicas sharing one GPU) and, with several GPUs, all of them."""
+    """``[0]``, ``[0, 0]`` and ``[0, 0, 0, 0]`` (replicas sharing one GPU) and, with several GPUs, all of them."""
     count = torch.cuda.device_count()
-    return [[0], [0, 0]] + ([list(range(count))] if count > 1 else [])
+    return [[0], [0, 0], [0, 0, 0, 0]] + ([list(range(count))] if count > 1 else [])
 
 
 def versus_torch(
@@ -103,19 +105,60 @@ def replicate_bandwidth(
     }
 
 
+def ddp_rank_steps(widths: tuple[int, ...], batch: int, rounds: int, warmup: int, device: str) -> list[float]:
+    """One DDP rank's training steps on ``device``, which every rank shares: seconds per step.
+
+    Each rank trains on ``batch / world size`` samples. A barrier before every step lines the ranks up, so the
+    slowest rank's time is the step's time. On a GPU the times come from CUDA events.
+    """
+    on = torch.device(device)
+    workload = ModelToTime("ddp", tuple(widths))
+    model = workload.model().to(on)
+    if on.type == "cuda":
+        torch.cuda.set_device(on)
+        ddp, timer = nn.parallel.DistributedDataParallel(model, device_ids=[on.index]), cuda_time
+    else:
+        ddp, timer = nn.parallel.DistributedDataParallel(model), wall_time
+    sample = timer(training_step(ddp, model, workload, batch // dist.get_world_size(), on))
+    seconds = []
+    for round_ in range(warmup + rounds):
+        dist.barrier()
+        elapsed = sample()
+        if round_ >= warmup:
+            seconds.append(elapsed)
+    return seconds
+
+
+def ddp_on_one_gpu(workload: ModelToTime, batch: int, rounds: int, warmup: int, ranks: int = 2,
+                   device: str = "cuda:0") -> dict:
+    """DDP with ``ranks`` processes sharing ``device``, gloo all-reducing the gradients (NCCL needs a GPU each).
+
+    Not interleaved with the DataParallel runs: the ranks are processes of their own.
+    """
+    args = (workload.widths, batch, rounds, warmup, device)
+    per_rank = launch(ddp_rank_steps, ranks, args, backend="gloo", timeout=300)
+    slowest = [max(step) for step in zip(*per_rank, strict=True)]
+    return {"ranks": ranks, "backend": "gloo", "devices": [device] * ranks, "steps": summary(slowest)}
+
+
 def run(quick: bool, rounds: int, warmup: int) -> dict:
     """Every GPU measurement, or ``{"skipped": why}`` on a machine without CUDA."""
     if not torch.cuda.is_available():
         print("gpu: skipped, no CUDA device", flush=True)
         return {"skipped": "no CUDA device on this machine"}
-    results: dict = {"versus_torch": {}, "tracing": {}}
+    results: dict = {"versus_torch": {}, "tracing": {}, "ddp": {}}
     batch = batch_size(quick)
     for workload in workloads(quick):
         for ids in device_lists():
             print(f"gpu: {workload.describe()}, batch {batch} on devices {ids}", flush=True)
             results["versus_torch"][f"{workload.label} {ids}"] = versus_torch(workload, batch, ids, rounds, warmup)
-        pair = [torch.device("cuda", i) for i in device_lists()[-1]]
+        pair = [torch.device("cuda", i) for i in device_lists()[1]]
         results["tracing"][workload.label] = tracing_cost(workload, batch, pair, rounds, warmup, timer=cuda_time)
+        print(f"gpu: {workload.label}, DDP with 2 ranks on cuda:0 (gloo)", flush=True)
+        ddp = ddp_on_one_gpu(workload, batch, rounds, warmup)
+        dp = results["versus_torch"][f"{workload.label} [0, 0]"]["steps"]
+        ddp["vs_dp_0_0"] = {name: ddp["steps"]["median_ms"] / dp[name]["median_ms"] for name in ("dpcourse", "torch")}
+        results["ddp"][workload.label] = ddp
     count = torch.cuda.device_count()
     pair = [torch.device("cuda", 0), torch.device("cuda", 1 if count > 1 else 0)]
     layers, width = (2, 256) if quick else (6, 4096)

@@ -163,9 +163,14 @@ def gpu_tables(gpu: dict) -> list[str]:
               for name, s in rep["steps"].items()]
     title = (f"GPU: replicate {rep['parameters'] / 1e6:.1f}M parameters onto {rep['devices']} "
              f"({rep['share_of_ceiling']:.0%} of the copy ceiling) {rep['note']}")
+    ddp = [{"model": name, "ranks": d["ranks"], "backend": d["backend"], "median": d["steps"]["median_ms"],
+            "q1": d["steps"]["q1_ms"], "q3": d["steps"]["q3_ms"], "/ dpcourse [0, 0]": d["vs_dp_0_0"]["dpcourse"],
+            "/ torch [0, 0]": d["vs_dp_0_0"]["torch"]} for name, d in gpu.get("ddp", {}).items()]
     return [
         table("GPU: training step (ms, CUDA events); ratio = variant / torch.nn.DataParallel",
               versus, ("case", *STEP_COLUMNS)),
+        table("GPU: DDP, ranks sharing cuda:0 (ms, slowest rank per step); ratios of medians to DataParallel [0, 0]",
+              ddp, ("model", "ranks", "backend", "median", "q1", "q3", "/ dpcourse [0, 0]", "/ torch [0, 0]")),
         table(title, copies, ("variant", "median", "GB/s")),
         table("GPU: tracing off / on (ms); ratio = variant / off",
               tracing, ("model", *STEP_COLUMNS)),

@@ -422,7 +422,8 @@ def fit_gpu(measured: Sequence[dict], copy_bandwidth: float, name: str, sources:
     1. One device, small models (hidden <= 128), whose kernels the GPU finishes faster than Python launches
        them: ``T_1 = M * o + h`` gives o and h.
     2. One device, wide models (hidden >= 2048), where the GPU's arithmetic is the step:
-       ``T_1 - h = B * 6P / F + 3S / mu`` gives F and mu.
+       ``T_1 - h - 3S / mu = B * 6P / F`` gives F. mu is measured, not fitted: the plain copy's bytes read
+       plus written per second (3S is too few bytes next to the arithmetic for a fit to find mu).
     3. Traced DP steps: the ``replicate`` span gives r, as ``calibrate`` does.
     4. Untraced DP steps: beta is ``copy_bandwidth`` (copies and sums between replicas stay in the GPU's
        memory), and what the steps take beyond every other term gives alpha and h_dp.
@@ -439,14 +440,14 @@ def fit_gpu(measured: Sequence[dict], copy_bandwidth: float, name: str, sources:
 
     module_time, step_overhead = _fit(_rows([s for s, _ in small], lambda n, w, b: [w.modules, 1]),
                                       [t for _, t in small])
-    per_flop, per_byte_read = _fit(
-        _rows([s for s, _ in wide], lambda n, w, b: [b * w.flops, 3 * w.params * w.bytes_per_param]),
-        [t - step_overhead for _, t in wide])
+    memory_bandwidth = 2 * copy_bandwidth  # a copy reads every byte it writes
+    per_flop = _fit(_rows([s for s, _ in wide], lambda n, w, b: [b * w.flops]),
+                    [t - step_overhead - 3 * s.workload().params * s.workload().bytes_per_param / memory_bandwidth
+                     for s, t in wide])[0]
     replicate_time = _fit(
         _rows([s for s, _ in traced], lambda n, w, b: [n * w.modules, (n - 1) * w.params * w.bytes_per_param, n - 1]),
         [spans["replicate"] for _, spans in traced])[0]
-    hardware = Hardware(name, 1 / per_flop if per_flop else math.inf,
-                        1 / per_byte_read if per_byte_read else math.inf, 1, math.inf, 0.0, module_time,
+    hardware = Hardware(name, 1 / per_flop if per_flop else math.inf, memory_bandwidth, 1, math.inf, 0.0, module_time,
                         replicate_time, step_overhead, 0.0, PRESETS["one GPU"].ddp_overhead, pipelined=False,
                         asynchronous=True, sources=sources)
     return _fit_copies(hardware, [s for s, _ in fitted], [t for _, t in fitted],

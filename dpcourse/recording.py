@@ -39,8 +39,9 @@ REPLICAS = (1, 2, 3, 4)
 WARMUP_STEPS, TIMED_STEPS, TRACED_STEPS = 5, 30, 3
 
 # The cost model's setups, timed on the GPU. Small models, whose steps are Python launching kernels, give the
-# Python terms; wide ones, whose steps are the GPU's arithmetic, give its FLOP/s and memory bandwidth.
-SMALL, WIDE = ((32, 10), (128, 6)), ((2048, 4), (4096, 3))
+# Python terms; wide ones, whose steps are the GPU's arithmetic, give its FLOP/s and memory bandwidth. The small
+# ones span 4 to 32 modules: with two depths only, one noisy size set the per-module cost (seen on an H100).
+SMALL, WIDE = ((64, 2), (128, 6), (32, 10), (32, 16)), ((2048, 4), (4096, 3))
 SMALL_BATCHES, WIDE_BATCHES = (64, 256, 1024), (1024, 4096, 8192)
 DP_REPLICAS = (2, 3, 4)
 HELD_OUT = ((512, 4, 1024), (1024, 6, 4096))  # (hidden, depth, batch): measured, not fitted

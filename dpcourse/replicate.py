@@ -87,25 +87,33 @@ def _attach(replica: nn.Module, key: str, copy: torch.Tensor) -> None:
         setattr(replica, key, copy)
 
 
-def _check_replicable(module: nn.Module) -> None:
-    if not isinstance(module, nn.Module):
-        raise TypeError(
-            f"replicate needs an nn.Module, got {type(module).__name__}. "
-            f"Wrap the computation in an nn.Module subclass (or nn.Sequential)."
-        )
-    compiled = next((f"submodule {name!r}" if name else "the module" for name, m in module.named_modules()
-                     if _is_compiled(m)), None)
-    if compiled is not None:
+def _check_replicable(module: nn.Module, modules: list[nn.Module], params: list[torch.Tensor]) -> None:
+    """Refuse what cannot be copied: compiled modules and parameters not yet created (lazy modules)."""
+    if any(_is_compiled(m) for m in modules):
+        name = next(name for name, m in module.named_modules() if _is_compiled(m))
         raise RuntimeError(
-            f"replicate cannot copy {compiled}: it is a torch.compile'd module (an OptimizedModule whose compiled "
-            f"code belongs to the original, not to copies). Wrap the uncompiled module, and compile inside its "
-            f"forward instead: self.body = torch.compile(body_fn)."
+            f"replicate cannot copy {f'submodule {name!r}' if name else 'the module'}: it is a torch.compile'd "
+            f"module (an OptimizedModule whose compiled code belongs to the original, not to copies). Wrap the "
+            f"uncompiled module, and compile inside its forward instead: self.body = torch.compile(body_fn)."
         )
-    if any(is_lazy(p) for p in module.parameters()):
+    if any(is_lazy(p) for p in params):
         raise RuntimeError(
             "Modules with uninitialized parameters can't be used with `DataParallel`. "
             "Run a dummy forward pass to correctly initialize the modules"
         )
+
+
+def _unique(modules: list[nn.Module], kind: str) -> list[torch.Tensor]:
+    """Every module's ``_parameters`` or ``_buffers`` values, each tensor once: ``module.parameters()`` and
+    ``module.buffers()`` in one pass over an already listed ``module.modules()``."""
+    seen: set[int] = set()
+    found = []
+    for m in modules:
+        for tensor in getattr(m, kind).values():
+            if tensor is not None and id(tensor) not in seen:
+                seen.add(id(tensor))
+                found.append(tensor)
+    return found
 
 
 def _is_compiled(module: nn.Module) -> bool:
@@ -123,13 +131,19 @@ def replicate(module: nn.Module, devices: Sequence[DeviceLike], detach: bool = F
 
     All parameters and buffers must already be on ``devices[0]``.
     """
-    _check_replicable(module)
+    if not isinstance(module, nn.Module):
+        raise TypeError(
+            f"replicate needs an nn.Module, got {type(module).__name__}. "
+            f"Wrap the computation in an nn.Module subclass (or nn.Sequential)."
+        )
+    modules = list(module.modules())  # shared submodules appear once and stay shared in each replica
+    params = _unique(modules, "_parameters")
+    _check_replicable(module, modules, params)
     devices = as_devices(devices)
     if not devices:
         return []
-    params = list(module.parameters())
     param_copies = _broadcast(params, devices, detach)
-    buffers = list(module.buffers())
+    buffers = _unique(modules, "_buffers")
     differentiable = [b for b in buffers if b.requires_grad and not detach]
     plain = [b for b in buffers if not (b.requires_grad and not detach)]
     buffer_copies = [
@@ -139,7 +153,6 @@ def replicate(module: nn.Module, devices: Sequence[DeviceLike], detach: bool = F
 
     param_index = {id(p): i for i, p in enumerate(params)}
     buffer_index = {id(b): i for i, b in enumerate(differentiable + plain)}
-    modules = list(module.modules())  # shared submodules appear once and stay shared in each replica
     module_index = {id(m): i for i, m in enumerate(modules)}
     replicas = [[_shallow_copy(m) for m in modules] for _ in devices]
 

@@ -147,7 +147,7 @@ viz.timeline(recorded, gpu.label)
 # - **Backward left the main thread.** Gather's backward, every replica's backward and reduce-add ran on
 #   `Dummy-1`, the name Python gives a thread it did not start: the autograd engine's worker thread for
 #   `cuda:0`. On the CPU run above they all ran on MainThread.
-# - **On one GPU, DataParallel only adds.** With 2 to 4 replicas the step took 4.0 to 5.6 times as long as
+# - **On one GPU, DataParallel only adds.** With 2 to 4 replicas the step took 4.0 to 6.3 times as long as
 #   the model alone (the cell's first lines). All replicas share the GPU's one current stream (its
 #   `parallel_apply` runs each replica under `torch.cuda.current_stream(device)`, as torch's does), so their
 #   kernels queue one after another. The forward bars overlap because the three threads' launches

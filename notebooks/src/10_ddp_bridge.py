@@ -339,15 +339,15 @@ viz.plot_speedup("8 GPUs, NVLink")
 #
 # ### The model against a real GPU
 # Part of the model can be checked. The recording from lesson 09 also holds `costmodel.measure` runs of
-# the lesson MLP at 6 sizes on that GPU: one device, and 2 to 4 replicas sharing it. `costmodel.fit_gpu`
-# fits the GPU's terms to 4 of the sizes (`gpu.calibrated()`), and predicts the other 2, which it never saw:
+# the lesson MLP at 8 sizes on that GPU: one device, and 2 to 4 replicas sharing it. `costmodel.fit_gpu`
+# fits the GPU's terms to 6 of the sizes (`gpu.calibrated()`), and predicts the other 2, which it never saw:
 
 # %%
 calibration = gpu.calibrated()
 h = calibration.hardware
 print(gpu.label)
-print(f"F = {h.flops / 1e12:.1f} TFLOP/s, mu = {h.memory_bandwidth / 1e9:,.0f} GB/s, "
-      f"beta = {h.bandwidth / 1e9:,.0f} GB/s (a plain copy within the GPU, measured), o = {h.module_time * 1e6:.0f} us, "
+print(f"F = {h.flops / 1e12:.1f} TFLOP/s, mu = {h.memory_bandwidth / 1e9:,.0f} GB/s and "
+      f"beta = {h.bandwidth / 1e9:,.0f} GB/s (both from a plain copy within the GPU), o = {h.module_time * 1e6:.0f} us, "
       f"r = {h.replicate_time * 1e6:.0f} us, alpha = {h.latency * 1e6:.0f} us, h = {h.step_overhead * 1e6:.0f} us, "
       f"h_dp = {h.dp_overhead * 1e6:,.0f} us")
 preset = costmodel.PRESETS["one GPU"]
@@ -364,7 +364,8 @@ print(f"held out: predicted within {max(errors):.0%} of the measured step")
 # - its Python costs are larger: `o` is what one module costs per step, forward and backward, and `h_dp` what
 #   every DataParallel step adds on top (threads, autograd bookkeeping). Both are CPU time, which a faster GPU
 #   does not shrink;
-# - `beta` is not fitted but measured: on one GPU the copies between replicas never leave its memory.
+# - `mu` and `beta` are not fitted but measured by one plain copy within the GPU (`mu` counts the bytes it
+#   reads and writes, `beta` those that arrive): on one GPU the copies between replicas never leave its memory.
 #
 # The link terms for PCIe or NVLink stay assumptions: this recording has no second GPU. Try other machines,
 # batches, model sizes and link speeds; the table lists each term for one device and for 2 and 8 devices, so

@@ -13,7 +13,8 @@ python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.versio
 timeout 240 python3 -m dpcourse.recording --out "$out/gpu.json" 2>&1 | tee "$out/recording.log"
 
 # -o addopts="": without nbval's options (the notebooks are not run here); -m cuda: the GPU tests only.
-tests=(tests/test_cuda.py tests/test_devices.py tests/test_memory.py tests/test_collectives.py tests/test_ddp_practice.py)
+tests=(tests/test_cuda.py tests/test_devices.py tests/test_memory.py tests/test_collectives.py tests/test_ddp_practice.py
+       tests/test_recording.py)
 timeout 240 python3 -m pytest -p no:cacheprovider -o addopts="" -m cuda -rs -v "${tests[@]}" \
     --junitxml="$out/cuda_tests.xml" 2>&1 | tee "$out/cuda_tests.log"
 

@@ -6,6 +6,7 @@ one device for n = 1..8. ``PRESETS`` are rough numbers for common machines, each
 (``Hardware.sources``); ``calibrate()`` measures *this* machine's terms from DataParallel steps on CPU devices.
 ``dpcourse.viz.plot_speedup`` draws the curves. The GPU presets come from published specifications and assumed
 orders of magnitude, not from a GPU measurement: what they give is a prediction of the cost model.
+``fit_gpu`` fits one real GPU's terms from the steps recorded on it (``dpcourse.recording``).
 
 A teaching model: each term is one line of the formula, not a simulation. It ignores memory limits, kernel
 fusion, uneven chunks and GPU scheduling. Its job is to show which term grows with what.

@@ -28,10 +28,12 @@ What follows, and what the course shows:
   is lost; ``self.log.append(x)`` mutates the one shared list from every thread.
 """
 
+import functools
 from collections.abc import Sequence
 
 import torch
 from torch import nn
+from torch.nn.modules import module as module_registry
 from torch.nn.parameter import is_lazy
 
 from ._functions import Broadcast
@@ -51,9 +53,9 @@ def _broadcast(tensors: list[torch.Tensor], devices: list[torch.device], detach:
     return [list(flat[j * n : (j + 1) * n]) for j in range(len(devices))]
 
 
-def _plain(module: nn.Module) -> bool:
-    """True when ``module``'s class keeps nn.Module's own ``__setattr__`` and ``_replicate_for_data_parallel``."""
-    kind = type(module)
+@functools.cache
+def _plain(kind: type[nn.Module]) -> bool:
+    """True when module class ``kind`` keeps nn.Module's own ``__setattr__`` and ``_replicate_for_data_parallel``."""
     return kind.__setattr__ is nn.Module.__setattr__ and (
         kind._replicate_for_data_parallel is nn.Module._replicate_for_data_parallel)
 
@@ -65,7 +67,7 @@ def _shallow_copy(module: nn.Module) -> nn.Module:
     more than copying a small module's dict. A class that overrides either method (``nn.RNNBase`` keeps
     its ``_flat_weights`` through both) gets the method itself.
     """
-    if not _plain(module):
+    if not _plain(type(module)):
         return module._replicate_for_data_parallel()
     attributes = module.__dict__.copy()
     attributes.update(_parameters={}, _buffers=attributes["_buffers"].copy(),
@@ -75,16 +77,22 @@ def _shallow_copy(module: nn.Module) -> nn.Module:
     return replica
 
 
-def _attach(replica: nn.Module, key: str, copy: torch.Tensor) -> None:
-    """``setattr(replica, key, copy)`` for a parameter's copy.
+def _attach(replica: nn.Module, key: str, value: nn.Module | torch.Tensor) -> None:
+    """``setattr(replica, key, value)`` for a child's replica or a parameter's copy, stored directly on a plain module.
 
-    A plain tensor on a plain module ends up as an ordinary attribute (``replica._parameters`` is empty),
-    so it is stored as one directly. A ``Parameter`` (replica 0 under ``detach=True``) is registered.
+    What ``nn.Module.__setattr__`` would do there: a child module goes into ``replica._modules`` (after any
+    hooks registered with ``nn.modules.module.register_module_module_registration_hook``, so with such hooks
+    the real ``setattr`` runs), and a plain tensor becomes an ordinary attribute, since ``replica._parameters``
+    is empty. A ``Parameter`` (replica 0 under ``detach=True``) is registered by ``setattr``.
     """
-    if type(copy) is torch.Tensor and _plain(replica):
-        object.__setattr__(replica, key, copy)
-    else:
-        setattr(replica, key, copy)
+    if _plain(type(replica)):
+        if isinstance(value, nn.Module) and not getattr(module_registry, "_global_module_registration_hooks", None):
+            replica._modules[key] = value
+            return
+        if type(value) is torch.Tensor:
+            object.__setattr__(replica, key, value)
+            return
+    setattr(replica, key, value)
 
 
 def _check_replicable(module: nn.Module, modules: list[nn.Module], params: list[torch.Tensor]) -> None:
@@ -162,7 +170,7 @@ def replicate(module: nn.Module, devices: Sequence[DeviceLike], detach: bool = F
                 if child is None:
                     replica._modules[key] = None
                 else:
-                    setattr(replica, key, device_replicas[module_index[id(child)]])
+                    _attach(replica, key, device_replicas[module_index[id(child)]])
             for key, param in original._parameters.items():
                 if param is None:
                     replica._parameters[key] = None

@@ -289,8 +289,8 @@ viz.timeline(gpu.traces[3][-1], gpu.label)
 
 # %% [markdown]
 # The course's GPU benchmark (`docs/benchmarks.md`, GPU section) also ran DDP with 2 processes sharing that
-# one GPU (gloo, since NCCL wants a GPU per rank) against DataParallel on `[0, 0]`; one GPU cannot show how
-# either scales across GPUs.
+# one GPU (with gloo: the course uses NCCL only with a GPU per rank, `ddp.launcher.backend_for`) against
+# DataParallel on `[0, 0]`; one GPU cannot show how either scales across GPUs.
 
 # %% [markdown]
 # ## Cost model

@@ -51,7 +51,7 @@ def lesson_model() -> nn.Sequential:
     """Lesson 09's compute-heavy MLP, 256 -> 512 -> 256, with its seed-0 weights."""
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
-        return nn.Sequential(nn.Linear(256, 512), nn.ReLU(), nn.Linear(512, 256))
+        return nn.Sequential(nn.Linear(WIDTHS[0], WIDTHS[1]), nn.ReLU(), nn.Linear(WIDTHS[1], WIDTHS[2]))
 
 
 def calibration_setups() -> list[costmodel.Setup]:

@@ -388,24 +388,19 @@ def calibrate(sizes: Sequence[tuple[int, int]] = ((32, 10), (768, 3)), batches: 
 
 
 def _fit_copies(hardware: Hardware, fitted: Sequence[Setup], fitted_seconds: Sequence[float],
-                held_out: Sequence[Setup], held_out_seconds: Sequence[float], bandwidth: float | None = None
-                ) -> Calibration:
-    """Fit beta, alpha and h_dp to what untraced DP steps take beyond the terms ``hardware`` already has.
-
-    With a measured ``bandwidth`` (bytes/s), beta is that and only alpha and h_dp are fitted.
-    """
+                held_out: Sequence[Setup], held_out_seconds: Sequence[float]) -> Calibration:
+    """Fit alpha and h_dp to what untraced DP steps take beyond the terms ``hardware`` already has, and beta too
+    while ``hardware.bandwidth`` is still unknown (math.inf); a measured bandwidth stays as it is."""
     rest = [t - sum(step_time("dp", s.devices, s.workload(), hardware).values())
             for s, t in zip(fitted, fitted_seconds, strict=True)]
-    if bandwidth is None:
+    bandwidth = hardware.bandwidth
+    if math.isinf(bandwidth):
         rows = _rows(fitted, lambda n, w, b: [2 * (n - 1) * w.params * w.bytes_per_param, 2 * n, 1])
         per_byte, latency, dp_overhead = _fit(rows, rest)
+        bandwidth = 1 / per_byte if per_byte else math.inf
     else:
-        per_byte = 1 / bandwidth
-        rest = [t - 2 * (s.devices - 1) * s.workload().params * s.workload().bytes_per_param * per_byte
-                for s, t in zip(fitted, rest, strict=True)]
         latency, dp_overhead = _fit(_rows(fitted, lambda n, w, b: [2 * n, 1]), rest)
-    hardware = dataclasses.replace(hardware, bandwidth=1 / per_byte if per_byte else math.inf, latency=latency,
-                                   dp_overhead=dp_overhead)
+    hardware = dataclasses.replace(hardware, bandwidth=bandwidth, latency=latency, dp_overhead=dp_overhead)
     table = [{"hidden": s.hidden, "depth": s.depth, "devices": s.devices, "batch": s.batch, "measured": t,
               "predicted": sum(step_time("dp", s.devices, s.workload(), hardware).values()),
               "used": "fitted" if i < len(fitted) else "held out"}
@@ -448,8 +443,8 @@ def fit_gpu(measured: Sequence[dict], copy_bandwidth: float, name: str, sources:
     replicate_time = _fit(
         _rows([s for s, _ in traced], lambda n, w, b: [n * w.modules, (n - 1) * w.params * w.bytes_per_param, n - 1]),
         [spans["replicate"] for _, spans in traced])[0]
-    hardware = Hardware(name, 1 / per_flop if per_flop else math.inf, memory_bandwidth, 1, math.inf, 0.0, module_time,
-                        replicate_time, step_overhead, 0.0, PRESETS["one GPU"].ddp_overhead, pipelined=False,
-                        asynchronous=True, sources=sources)
+    hardware = Hardware(name, 1 / per_flop if per_flop else math.inf, memory_bandwidth, 1, copy_bandwidth, 0.0,
+                        module_time, replicate_time, step_overhead, 0.0, PRESETS["one GPU"].ddp_overhead,
+                        pipelined=False, asynchronous=True, sources=sources)
     return _fit_copies(hardware, [s for s, _ in fitted], [t for _, t in fitted],
-                       [s for s, _ in held_out], [t for _, t in held_out], copy_bandwidth)
+                       [s for s, _ in held_out], [t for _, t in held_out])

@@ -30,6 +30,7 @@ from torch import nn
 
 from . import costmodel
 from .data_parallel import DataParallel
+from .timing import cuda_seconds
 from .trace import Trace, trace
 
 PATH = Path(__file__).parent / "recordings" / "gpu.json"
@@ -64,22 +65,11 @@ def calibration_setups() -> list[costmodel.Setup]:
     return singles + dp + held_out
 
 
-def _gpu_seconds(step, device: torch.device) -> float:
-    """One call of ``step``, from an idle GPU to the end of the work it queued, by CUDA events."""
-    torch.cuda.synchronize(device)
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record(torch.cuda.current_stream(device))
-    step()
-    end.record(torch.cuda.current_stream(device))
-    end.synchronize()
-    return start.elapsed_time(end) / 1e3
-
-
 def _copy_bandwidth(device: torch.device, megabytes: int = 400, repeats: int = 10) -> float:
     """Bytes per second that arrive in one plain copy of a ``megabytes`` buffer within ``device`` (median)."""
     source = torch.randn(megabytes * 2**20 // 4, device=device)
     target = torch.empty_like(source)
-    seconds = [_gpu_seconds(lambda: target.copy_(source), device) for _ in range(repeats + 2)][2:]
+    seconds = [cuda_seconds(lambda: target.copy_(source), [device]) for _ in range(repeats + 2)][2:]
     return source.nbytes / statistics.median(seconds)
 
 
@@ -94,7 +84,7 @@ def _lesson_step(device: torch.device, replicas: int) -> dict[str, Any]:
 
     for _ in range(WARMUP_STEPS):
         step()
-    seconds = [_gpu_seconds(step, device) for _ in range(TIMED_STEPS)]
+    seconds = [cuda_seconds(step, [device]) for _ in range(TIMED_STEPS)]
     traces = []
     for _ in range(TRACED_STEPS if replicas > 1 else 0):
         with trace() as recorded:

@@ -51,6 +51,21 @@ def synchronized_clock(devices: Iterable[torch.device]) -> Clock:
     return now
 
 
+def cuda_seconds(step: Callable[[], object], devices: Iterable[torch.device | int]) -> float:
+    """Seconds of one call of ``step`` on GPUs: from the moment every one of ``devices`` has finished its earlier
+    work to the end of what ``step`` queued on the first one's current stream, by CUDA events (the GPU's own
+    clock, so the GPU work counts and not only its launches)."""
+    devices = list(devices)
+    for device in devices:
+        torch.cuda.synchronize(device)
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record(torch.cuda.current_stream(devices[0]))
+    step()
+    end.record(torch.cuda.current_stream(devices[0]))
+    end.synchronize()
+    return start.elapsed_time(end) / 1e3
+
+
 @dataclasses.dataclass(frozen=True)
 class StepTimes:
     """When one training step started (a clock reading), and how long each of its phases took, in seconds."""

@@ -3,11 +3,12 @@
 import itertools
 import time
 
+import pytest
 import torch
 
 import dpcourse
 from dpcourse import examples
-from dpcourse.timing import StepTimes, synchronized_clock, timed_step
+from dpcourse.timing import StepTimes, cuda_seconds, synchronized_clock, timed_step
 
 
 def test_a_timed_step_is_a_plain_training_step_with_sgd():
@@ -37,3 +38,13 @@ def test_the_clock_is_read_between_the_phases():
 
 def test_the_clock_waits_only_for_gpus():
     assert synchronized_clock([torch.device("cpu")] * 2) is time.perf_counter
+
+
+@pytest.mark.cuda
+def test_cuda_seconds_counts_the_gpu_work_not_only_its_launch():
+    torch.cuda.synchronize()
+    launched = time.perf_counter()
+    torch.cuda._sleep(1_000_000)  # the GPU spins for about a million cycles; the launch returns at once
+    launch_seconds = time.perf_counter() - launched
+    torch.cuda.synchronize()
+    assert cuda_seconds(lambda: torch.cuda._sleep(1_000_000), [0]) > launch_seconds

@@ -52,6 +52,12 @@ def example_scaling(device_counts: Sequence[int] = (1, 2, 3, 4), steps: int = 5)
     return scaling(measure_scaling(model, x, device_counts, steps))
 
 
+def recorded_gpu_timeline() -> Figure:
+    """The 3-replica step of the shipped GPU recording (``dpcourse.recording``), titled with where and when."""
+    gpu = recording.load()
+    return timeline(gpu.traces[3][-1], gpu.label)
+
+
 FIGURES: dict[str, Callable[[], Figure]] = {
     "chunk_split": lambda: chunk_split(10, 4),
     "chunk_split_idle_and_kwargs": lambda: chunk_split(6, 4, kwargs_batches={"mask": 6, "lengths": 2}),
@@ -61,7 +67,7 @@ FIGURES: dict[str, Callable[[], Figure]] = {
     "gradient_sum": gradient_sum,
     "per_replica_mean_bias": per_replica_mean_bias,
     "timeline": lambda: timeline(example_trace()),
-    "timeline_recorded_on_a_gpu": lambda: timeline(recording.load().traces[3][-1], recording.load().label),
+    "timeline_recorded_on_a_gpu": recorded_gpu_timeline,
     "scaling": example_scaling,
     "memory_bars": lambda: memory_bars([memory.measure(memory.Setup()),
                                         memory.measure(memory.Setup(kind="DataParallel", devices=4))]),

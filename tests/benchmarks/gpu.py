@@ -14,7 +14,7 @@ from torch import nn
 
 import dpcourse
 from dpcourse.ddp.launcher import launch
-from dpcourse.timing import Sample, interleaved, summary, wall_time
+from dpcourse.timing import Sample, cuda_seconds, interleaved, summary, wall_time
 from dpcourse.workloads import ModelToTime
 
 from .workloads import batch_size, dp_step, tracing_cost, training_step, workloads
@@ -23,17 +23,7 @@ from .workloads import batch_size, dp_step, tracing_cost, training_step, workloa
 def cuda_time(step: Callable[[], object]) -> Sample:
     """A ``Sample`` timing one call of ``step`` with CUDA events on device 0, after syncing every GPU."""
 
-    def sample() -> float:
-        for index in range(torch.cuda.device_count()):
-            torch.cuda.synchronize(index)
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record(torch.cuda.current_stream(0))
-        step()
-        end.record(torch.cuda.current_stream(0))
-        end.synchronize()
-        return start.elapsed_time(end) / 1e3
-
-    return sample
+    return lambda: cuda_seconds(step, range(torch.cuda.device_count()))
 
 
 def device_lists() -> list[list[int]]:
@@ -131,7 +121,8 @@ def ddp_rank_steps(widths: tuple[int, ...], batch: int, rounds: int, warmup: int
 
 def ddp_on_one_gpu(workload: ModelToTime, batch: int, rounds: int, warmup: int, ranks: int = 2,
                    device: str = "cuda:0") -> dict:
-    """DDP with ``ranks`` processes sharing ``device``, gloo all-reducing the gradients (NCCL needs a GPU each).
+    """DDP with ``ranks`` processes sharing ``device``, gloo all-reducing the gradients (the course uses NCCL
+    only with a GPU per rank, ``launcher.backend_for``).
 
     Not interleaved with the DataParallel runs: the ranks are processes of their own.
     """

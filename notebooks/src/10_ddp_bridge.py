@@ -347,9 +347,9 @@ calibration = gpu.calibrated()
 h = calibration.hardware
 print(gpu.label)
 print(f"F = {h.flops / 1e12:.1f} TFLOP/s, mu = {h.memory_bandwidth / 1e9:,.0f} GB/s and "
-      f"beta = {h.bandwidth / 1e9:,.0f} GB/s (both from a plain copy within the GPU), o = {h.module_time * 1e6:.0f} us, "
-      f"r = {h.replicate_time * 1e6:.0f} us, alpha = {h.latency * 1e6:.0f} us, h = {h.step_overhead * 1e6:.0f} us, "
-      f"h_dp = {h.dp_overhead * 1e6:,.0f} us")
+      f"beta = {h.bandwidth / 1e9:,.0f} GB/s (both from a plain copy within the GPU)")
+print(f"o = {h.module_time * 1e6:.0f} us, r = {h.replicate_time * 1e6:.0f} us, alpha = {h.latency * 1e6:.0f} us, "
+      f"h = {h.step_overhead * 1e6:.0f} us, h_dp = {h.dp_overhead * 1e6:,.0f} us")
 preset = costmodel.PRESETS["one GPU"]
 print(f"the 'one GPU' preset assumed F = {preset.flops / 1e12:.0f} TFLOP/s, mu = {preset.memory_bandwidth / 1e9:,.0f} GB/s, "
       f"o = {preset.module_time * 1e6:.0f} us, h_dp = {preset.dp_overhead * 1e6:.0f} us")

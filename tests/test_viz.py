@@ -6,6 +6,8 @@ import time
 import weakref
 
 import matplotlib.pyplot as plt
+import numpy
+import PIL.Image
 import pytest
 import torch
 import torch.nn.functional as F
@@ -248,6 +250,15 @@ def test_widget_images_have_two_pixels_per_css_px_of_their_display_width():
     fig = chunk_split(4, 2)
     pixels = int.from_bytes(png_bytes(fig)[16:20], "big")  # the PNG header's width
     assert css_width(fig) == "900px" and pixels == 2 * 900
+
+
+def test_the_course_png_encoder_gives_the_pixels_matplotlib_drew():
+    fig = chunk_split(10, 4)
+    drawn = io.BytesIO()
+    fig.savefig(drawn, format="png", dpi=200)  # Pillow's encoder, the same canvas size
+    ours = PIL.Image.open(io.BytesIO(png_bytes(fig)))
+    assert ours.mode == "RGBA" and ours.size == (1800, fig.get_figheight() * 200)
+    assert numpy.array_equal(numpy.asarray(ours), numpy.asarray(PIL.Image.open(drawn)))
 
 
 def test_gather_view_with_features_shows_the_shapes_the_lesson_prints():

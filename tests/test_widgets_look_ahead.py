@@ -1,4 +1,4 @@
-"""Look-ahead (dpcourse/widgets/look_ahead.py): after a change, an explorer prepares the likely next setting.
+"""Look-ahead (dpcourse/widgets/look_ahead.py): after a change, an explorer prepares the likely next settings.
 
 In a kernel the guess runs on ipykernel's event loop; here ``asyncio.run`` gives the same: a running loop on
 its thread, where a control's callback schedules the guess and ``await asyncio.sleep`` lets it run. Each test
@@ -8,6 +8,8 @@ running in the main thread, where ``asyncio.run`` refuses to start a second one.
 
 import asyncio
 import concurrent.futures
+import functools
+import time
 
 import ipywidgets as widgets
 import pytest
@@ -15,7 +17,7 @@ import pytest
 from dpcourse.viz.png import png_bytes
 from dpcourse.widgets import GradientSum, MemoryCalculator, StepThrough, Timeline, gradients, look_ahead
 from dpcourse.widgets import memory as memory_widget
-from dpcourse.widgets.look_ahead import LookAhead, next_value
+from dpcourse.widgets.look_ahead import LookAhead, likely_values, next_value
 from dpcourse.widgets.stages import STAGES
 
 AFTER_THE_GUESS_S = look_ahead.DELAY_S + 0.05
@@ -42,6 +44,58 @@ def in_a_fresh_thread(function, *args):
 )
 def test_the_next_value_is_one_more_step_the_same_way(control, old, new, expected) -> None:
     assert next_value(control, old, new) == expected
+
+
+@pytest.mark.parametrize(
+    ("control", "old", "new", "expected"),
+    [
+        (widgets.IntSlider(min=1, max=8), 3, 4, [5, 1, 8]),
+        (widgets.IntSlider(min=1, max=8), 2, 8, [7, 1]),  # at an end: one step back, then the other end
+        (widgets.IntSlider(min=1, max=8), 3, 2, [1, 8]),  # one step on is an end already
+        (widgets.SelectionSlider(options=[("a", 16), ("b", 64), ("c", 256)]), 256, 64, [16, 256]),
+        (widgets.ToggleButtons(options=["x", "y", "z"]), "y", "x", ["z"]),  # a toggle has no ends
+        (widgets.Combobox(options=["128", "256", "512"], ensure_option=False), "128", "256", ["512"]),
+    ],
+)
+def test_the_likely_values_are_the_next_step_then_a_sliders_ends(control, old, new, expected) -> None:
+    assert likely_values(control, old, new) == expected
+
+
+def test_guesses_run_one_by_one_and_a_newer_change_replaces_those_not_started() -> None:
+    ran = []
+
+    async def scenario() -> None:
+        ahead = LookAhead()
+        def slow_guess(name: str) -> None:  # like drawing a figure: it holds the event loop
+            time.sleep(look_ahead.DELAY_S)
+            ran.append(name)
+
+        ahead.schedule(*[functools.partial(slow_guess, name) for name in ("next", "first", "last")])
+        await asyncio.sleep(AFTER_THE_GUESS_S)  # wakes once "next" has returned, before "first" is due
+        assert ran == ["next"], "one guess per turn of the event loop, with a pause between them"
+        ahead.schedule(lambda: ran.append("newer"))
+        await asyncio.sleep(3 * AFTER_THE_GUESS_S)
+
+    in_a_fresh_thread(asyncio.run, scenario())
+    assert ran == ["next", "newer"]
+
+
+def test_gradient_sum_prepares_the_other_end_of_a_slider_after_a_jump_to_one_end(monkeypatch) -> None:
+    made = counting_figures(monkeypatch)
+
+    async def learner() -> None:
+        explorer = GradientSum(reduction="mean", batch=8, devices=2)
+        explorer.devices_slider.value = 8  # the End key
+        for _ in range(100):  # each guess holds the loop while it is drawn: wait for the last one
+            await asyncio.sleep(look_ahead.DELAY_S)
+            if len(made) == 4:
+                break
+        assert made == [("mean", 8, 2), ("mean", 8, 8), ("mean", 8, 7), ("mean", 8, 1)]
+        prepared = explorer._pngs[("mean", 8, 1)][0]
+        explorer.devices_slider.value = 1  # the Home key: shown from the cache
+        assert made.count(("mean", 8, 1)) == 1 and explorer.image.value == prepared
+
+    in_a_fresh_thread(asyncio.run, learner())
 
 
 def test_without_a_running_loop_nothing_is_prepared() -> None:

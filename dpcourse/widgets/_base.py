@@ -1,5 +1,5 @@
 """What every explorer shares: the VBox layout, the red message area, PNG figures cached per setting, and
-the look-ahead (``look_ahead.py``) that prepares the learner's likely next setting while they look at this one.
+the look-ahead (``look_ahead.py``) that prepares the learner's likely next settings while they look at this one.
 
 An explorer keeps everything a reader (or a test) needs in widget *values*: ``HTML`` text and figures as PNG
 bytes in an ``ipywidgets.Image``. Not in ``Output`` widgets: without a kernel they capture nothing, and a
@@ -16,7 +16,7 @@ from matplotlib.figure import Figure
 
 from dpcourse.viz.png import rendered
 
-from .look_ahead import LookAhead, next_value
+from .look_ahead import LookAhead, likely_values
 
 ERROR_STYLE = "color: #C00000; white-space: pre-wrap; font-family: monospace"
 TABLE_STYLE = "border-collapse: collapse; font-family: monospace; font-size: 12px"
@@ -108,7 +108,7 @@ class Explorer(widgets.VBox):
       names), in the order ``latency.measure_interactions`` exercises them;
     * ``image``: the current figure as PNG bytes (hidden and empty when the view has no figure);
     * ``message``: empty, or the last callback's error in red (see ``reports_errors``);
-    * ``look_ahead``: after answering a learner's change, prepare the setting they most likely pick next.
+    * ``look_ahead``: after answering a learner's change, prepare the settings they most likely pick next.
 
     ``repr()`` is the class name and the controls' values, e.g. ``ChunkExplorer(batch=10, devices=4, dim=0)``:
     stable text for a notebook's stored output, where ipywidgets' default repr would list every child's value.
@@ -138,26 +138,25 @@ class Explorer(widgets.VBox):
             return
         show_png(self.image, *self.figure_png(key, make))
 
-    def look_ahead(self, prepare: Callable[[], object]) -> None:
-        """Call ``prepare()`` once the answer to the learner's current change has gone out: it fills this
-        explorer's caches for the setting they most likely pick next (see ``look_ahead.LookAhead``)."""
-        self._look_ahead.schedule(prepare)
+    def look_ahead(self, *prepares: Callable[[], object]) -> None:
+        """Call each of ``prepares`` in turn once the answer to the learner's current change has gone out:
+        they fill this explorer's caches for the settings the learner most likely picks next, most likely
+        first (see ``look_ahead.LookAhead``)."""
+        self._look_ahead.schedule(*prepares)
 
-    def guess_next(self, change: dict[str, Any]) -> dict[str, Any] | None:
-        """``settings()`` as they most likely are after the learner's next change: the control that ``change``
-        moved, moved once more (``next_value``); ``None`` if it has nowhere else to go."""
-        value = next_value(change["owner"], change["old"], change["new"])
-        if value is None:
-            return None
+    def likely_next(self, change: dict[str, Any]) -> list[dict[str, Any]]:
+        """``settings()`` as they most likely are after the learner's next change, most likely first: the
+        control that ``change`` moved, moved to each of ``likely_values`` (once more the same way, a slider's
+        ends); empty if it has nowhere else to go."""
         name = next(name for name, control in self.controls.items() if control is change["owner"])
-        return {**self.settings(), name.rpartition("_")[0]: value}
+        values = likely_values(change["owner"], change["old"], change["new"])
+        return [{**self.settings(), name.rpartition("_")[0]: value} for value in values]
 
     def prepare_next(self, change: dict[str, Any] | None, prepare: Callable[[dict[str, Any]], object]) -> None:
         """After answering the learner's ``change`` (``None``: the explorer's first drawing, nothing to follow),
-        ``look_ahead`` to ``prepare(settings)`` for the settings ``guess_next`` expects, if it expects any."""
-        guess = None if change is None else self.guess_next(change)
-        if guess is not None:
-            self.look_ahead(lambda: prepare(guess))
+        ``look_ahead`` to ``prepare(settings)`` for each of the settings ``likely_next`` expects."""
+        guesses = [] if change is None else self.likely_next(change)
+        self.look_ahead(*[functools.partial(prepare, guess) for guess in guesses])
 
     def clear_results(self) -> None:
         """Hide what the last good setting showed, so that no stale figure sits beside an error."""

@@ -1,14 +1,16 @@
-"""Look-ahead: prepare the setting a learner most likely picks next while they look at the current one.
+"""Look-ahead: prepare the settings a learner most likely picks next while they look at the current one.
 
 Drawing a figure takes 100-300 ms, most of what a learner waits for after changing a control. They then spend
 longer than that looking at the answer, and meanwhile the kernel sits idle. So after answering a change, an
-explorer guesses the next one (``next_value``: one more step the same way; Next after Next) and fills its
-caches for it; when the guess is right, the figure shows at once.
+explorer guesses what comes next and fills its caches for it; when the guess is right, the figure shows at once.
+The guesses (``likely_values``), most likely first: one more step the same way (``next_value``; Next after
+Next), then, for a slider, its two ends: where a learner drags a slider to see the extremes.
 
 Where that work runs matters more than the guess. ``LookAhead.schedule`` hands it to the event loop ipykernel
-runs on the kernel's own thread, to be called just after the current answer has gone out. It therefore runs
-between two messages, never beside a cell or another callback: no second thread draws with matplotlib or runs
-DataParallel while a cell traces it. A change that arrives meanwhile waits for the one guess in progress.
+runs on the kernel's own thread, to be called just after the current answer has gone out, one guess at a time
+with a pause between them. Each therefore runs between two messages, never beside a cell or another callback:
+no second thread draws with matplotlib or runs DataParallel while a cell traces it. A change that arrives
+meanwhile waits for the one guess in progress, then replaces the guesses not yet started with its own.
 Without a running event loop (plain Python, the tests) nothing is scheduled.
 """
 
@@ -19,8 +21,13 @@ from typing import Any
 
 import ipywidgets as widgets
 
-# After the answer to a change: ipykernel sends it from its IOPub thread, which needs the interpreter briefly.
+# After the answer to a change, and between two guesses: ipykernel sends the answer from its IOPub thread, and
+# takes in a learner's next message in a few turns of its event loop; both need the interpreter briefly.
 DELAY_S = 0.05
+
+
+def _value(option: Any) -> Any:
+    return option[1] if isinstance(option, tuple) else option
 
 
 def next_value(control: widgets.ValueWidget, old: Any, new: Any) -> Any:
@@ -28,7 +35,7 @@ def next_value(control: widgets.ValueWidget, old: Any, new: Any) -> Any:
     the same way (a slider at its end: one step back; a toggle's options go round, the shorter way round
     counting as the way it went). ``None`` if there is none."""
     if hasattr(control, "options"):
-        values = [option[1] if isinstance(option, tuple) else option for option in control.options]
+        values = [_value(option) for option in control.options]
     else:
         values = list(range(control.min, control.max + 1, control.step))
     if new not in values:  # a number typed into a box that lists others: no order to follow
@@ -43,14 +50,26 @@ def next_value(control: widgets.ValueWidget, old: Any, new: Any) -> Any:
     return values[guess] if 0 <= guess < len(values) and guess != here else None
 
 
+def likely_values(control: widgets.ValueWidget, old: Any, new: Any) -> list[Any]:
+    """The values a learner most likely gives ``control`` next, most likely first: ``next_value``, then a
+    slider's first and last values (not a toggle's or a box's), leaving out ``new`` itself."""
+    guesses = [next_value(control, old, new)]
+    if isinstance(control, widgets.SelectionSlider):
+        guesses += [_value(control.options[0]), _value(control.options[-1])]
+    elif isinstance(control, widgets.IntSlider):
+        guesses += [control.min, control.max]
+    return [value for value in dict.fromkeys(guesses) if value is not None and value != new]
+
+
 class LookAhead:
-    """One explorer's pending guess: at most one, a newer one replacing it until it has started."""
+    """One explorer's pending guesses, run one by one; newer ones replace those not yet started."""
 
     def __init__(self) -> None:
         self._pending: asyncio.TimerHandle | None = None
 
-    def schedule(self, prepare: Callable[[], object]) -> None:
-        """Call ``prepare()`` on the running event loop ``DELAY_S`` from now; without one, do nothing.
+    def schedule(self, *prepares: Callable[[], object]) -> None:
+        """Call each of ``prepares`` on the running event loop, the first ``DELAY_S`` from now and each next one
+        ``DELAY_S`` after the last has returned; without a running loop, do nothing.
 
         A guess that fails is dropped: the learner sees the error if they do pick that setting.
         """
@@ -60,9 +79,13 @@ class LookAhead:
             return
         if self._pending is not None:
             self._pending.cancel()
-        self._pending = loop.call_later(DELAY_S, self._run, prepare)
+            self._pending = None
+        if prepares:
+            self._pending = loop.call_later(DELAY_S, self._run, loop, prepares)
 
-    def _run(self, prepare: Callable[[], object]) -> None:
+    def _run(self, loop: asyncio.AbstractEventLoop, prepares: tuple[Callable[[], object], ...]) -> None:
         self._pending = None
         with contextlib.suppress(Exception):
-            prepare()
+            prepares[0]()
+        if len(prepares) > 1:
+            self._pending = loop.call_later(DELAY_S, self._run, loop, prepares[1:])

@@ -4,7 +4,8 @@ Drawing a figure takes 100-300 ms, most of what a learner waits for after changi
 longer than that looking at the answer, and meanwhile the kernel sits idle. So after answering a change, an
 explorer guesses what comes next and fills its caches for it; when the guess is right, the figure shows at once.
 The guesses (``likely_values``), most likely first: one more step the same way (``next_value``; Next after
-Next), then, for a slider, its two ends: where a learner drags a slider to see the extremes.
+Next), then, for a slider, its two ends, where learners drag a slider to see the extremes; after a jump to one
+end, only the other one: the extremes compared.
 
 Where that work runs matters more than the guess. ``LookAhead.schedule`` hands it to the event loop ipykernel
 runs on the kernel's own thread, to be called just after the current answer has gone out, one guess at a time
@@ -26,18 +27,18 @@ import ipywidgets as widgets
 DELAY_S = 0.05
 
 
-def _value(option: Any) -> Any:
-    return option[1] if isinstance(option, tuple) else option
+def _values(control: widgets.ValueWidget) -> list[Any]:
+    """What ``control`` can be set to, in order: its options' values, or a slider's numbers."""
+    if hasattr(control, "options"):
+        return [option[1] if isinstance(option, tuple) else option for option in control.options]
+    return list(range(control.min, control.max + 1, control.step))
 
 
 def next_value(control: widgets.ValueWidget, old: Any, new: Any) -> Any:
     """The value a learner most likely gives ``control`` after moving it from ``old`` to ``new``: one more step
     the same way (a slider at its end: one step back; a toggle's options go round, the shorter way round
     counting as the way it went). ``None`` if there is none."""
-    if hasattr(control, "options"):
-        values = [_value(option) for option in control.options]
-    else:
-        values = list(range(control.min, control.max + 1, control.step))
+    values = _values(control)
     if new not in values:  # a number typed into a box that lists others: no order to follow
         return None
     here = values.index(new)
@@ -51,14 +52,17 @@ def next_value(control: widgets.ValueWidget, old: Any, new: Any) -> Any:
 
 
 def likely_values(control: widgets.ValueWidget, old: Any, new: Any) -> list[Any]:
-    """The values a learner most likely gives ``control`` next, most likely first: ``next_value``, then a
-    slider's first and last values (not a toggle's or a box's), leaving out ``new`` itself."""
-    guesses = [next_value(control, old, new)]
-    if isinstance(control, widgets.SelectionSlider):
-        guesses += [_value(control.options[0]), _value(control.options[-1])]
-    elif isinstance(control, widgets.IntSlider):
-        guesses += [control.min, control.max]
-    return [value for value in dict.fromkeys(guesses) if value is not None and value != new]
+    """The values a learner most likely gives ``control`` next, most likely first, leaving out ``new``:
+    ``next_value``, then a slider's first and last values (a toggle and a box have no ends). After a jump of
+    more than one step to one end of a slider, only the other end."""
+    guess = next_value(control, old, new)
+    if not isinstance(control, widgets.IntSlider | widgets.SelectionSlider):
+        return [] if guess is None else [guess]
+    values = _values(control)
+    ends = [values[0], values[-1]]
+    if new in ends and old in values and abs(values.index(new) - values.index(old)) > 1:
+        return [end for end in ends if end != new]
+    return [value for value in dict.fromkeys([guess, *ends]) if value is not None and value != new]
 
 
 class LookAhead:

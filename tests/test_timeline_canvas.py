@@ -58,6 +58,16 @@ def test_a_later_step_draws_only_its_spans_into_the_kept_figure_with_a_full_draw
     assert len(frames_drawn) == 1
 
 
+def test_a_kept_figure_holds_only_the_last_steps_bars(frames_drawn):
+    canvas, first = TimelineCanvas(), _narrow_spans()
+    canvas.png(first)
+    (kept,) = canvas._drawn.values()
+    bars = len(kept.ax.patches)
+    for factor in (1.3, 0.5, 1.0):
+        canvas.png(scaled(first, factor))
+    assert len(kept.ax.patches) == bars and kept.ax.containers == []  # the removed bars can be freed
+
+
 def test_a_step_whose_labels_would_leave_the_canvas_gets_a_fresh_figure(frames_drawn):
     canvas, first = TimelineCanvas(), _narrow_spans()
     canvas.png(first)

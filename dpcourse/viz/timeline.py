@@ -72,7 +72,9 @@ def _bar(ax: Axes, span: Span, y: float, height: float, origin: float, total: fl
          points_per_ms: float) -> None:
     replica = {} if span.replica is None else {"edgecolor": device_color(span.replica), "hatch": "//", "linewidth": 2}
     start, width = (span.start - origin) * 1e3, max(span.duration * 1e3, MIN_FRACTION * total)
-    ax.barh(y, width, height=height, left=start, color=step_color(span.step), gid=gid, **replica)
+    bars = ax.barh(y, width, height=height, left=start, color=step_color(span.step), gid=gid, **replica)
+    # barh also lists its bars in ax.containers, where they would outlive their removal by TimelineCanvas.
+    ax.containers.remove(bars)
     if _label_width(span.step) + LABEL_ROOM <= width * points_per_ms:  # else it would run into its neighbours
         ax.text(start + width / 2, y, span.step, ha="center", va="center", fontsize=LABEL_SIZE, clip_on=True)
 

@@ -29,7 +29,7 @@ from torch import nn
 from .data_parallel import DataParallel
 from .devices import devices
 from .examples import loss_fn
-from .timing import synchronized_clock, timed_step
+from .timing import one_thread_per_operation, synchronized_clock, timed_step
 from .trace import trace
 from .workloads import ModelToTime, lesson_mlp
 
@@ -268,15 +268,13 @@ class Setup:
 @contextlib.contextmanager
 def _one_core() -> Iterator[None]:
     """Run torch, and this whole process, on one core: one intra-op thread, pinned where the OS allows it."""
-    threads = torch.get_num_threads()
     cores = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
-    torch.set_num_threads(1)
     if cores:
         os.sched_setaffinity(0, {min(cores)})
     try:
-        yield
+        with one_thread_per_operation():
+            yield
     finally:
-        torch.set_num_threads(threads)
         if cores:
             os.sched_setaffinity(0, cores)
 

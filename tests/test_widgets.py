@@ -370,6 +370,20 @@ def test_timeline_run_again_trains_the_same_model_on_and_a_new_setting_starts_a_
     assert made == [(2, 16), (3, 16)] and not t.message.value
 
 
+def test_timeline_runs_cpu_devices_on_one_intra_op_thread_and_gives_the_count_back(monkeypatch):
+    threads_in_steps = []
+    real = TracedTraining._step
+    counted = lambda self: threads_in_steps.append(torch.get_num_threads()) or real(self)  # noqa: E731
+    monkeypatch.setattr(TracedTraining, "_step", counted)
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        TracedTraining(MODELS["small"], 2, 8).trace(2)
+        assert threads_in_steps == [1, 1, 1] and torch.get_num_threads() == 2  # the warm-up step, then 2 traced
+    finally:
+        torch.set_num_threads(before)
+
+
 def test_timeline_draws_run_after_run_of_one_setting_into_one_kept_figure(monkeypatch):
     frames = []
     real = timeline_canvas.draw_frame

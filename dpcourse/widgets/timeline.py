@@ -39,7 +39,8 @@ class Timeline(Explorer):
     DataParallel's overhead or the model's compute dominates. Nothing runs until ``run_button`` is clicked, and
     a changed setting clears the result until the next Run, so what is shown always matches the controls.
     Run again with the same model, batch and devices goes on training the same model: no new warm-up step;
-    and its figure is drawn into the last one's (``viz.timeline_canvas``), in about half the time.
+    and its figure is drawn into the last one's (``viz.timeline_canvas``), in about half the time. CPU devices
+    run with one intra-op thread each, as in lesson 09 (``timing.one_thread_per_operation``).
     Controls: ``model_toggle`` (small / large / many-layers, see ``timing.MODELS``), ``batch_slider``,
     ``devices_slider``, ``steps_slider``, ``run_button``.
     """

@@ -6,13 +6,14 @@ and the course MLP or 100 tiny layers, where its fixed costs per step (replicate
 again, the replica threads must be woken, outputs gathered) weigh as much as the arithmetic or more.
 """
 
+import contextlib
 import dataclasses
 import statistics
 from collections.abc import Sequence
 
 import dpcourse
 from dpcourse import examples
-from dpcourse.timing import StepTimes, synchronized_clock, timed_step
+from dpcourse.timing import StepTimes, one_thread_per_operation, synchronized_clock, timed_step
 from dpcourse.trace import STEPS, Span, Trace
 from dpcourse.workloads import WIDE_MLP, ModelToTime
 
@@ -57,11 +58,13 @@ class TracedTraining:
     The first ``trace`` runs one untraced warm-up step, which pays once for allocations and lazy set-up; every
     ``trace(steps)`` then traces ``steps`` steps, training on from where the last call stopped. ``Timeline``
     keeps one per setting, so pressing Run again traces at once. On a GPU each phase ends with a synchronize,
-    so its wall time covers the GPU work and not just the launches.
+    so its wall time covers the GPU work and not just the launches. On CPU devices the steps run with one
+    intra-op thread (``timing.one_thread_per_operation``), as lesson 09 measures: a CPU device is one core.
     """
 
     def __init__(self, choice: ModelToTime, n_devices: int, batch: int) -> None:
         devices = dpcourse.devices(n_devices)
+        self.on_cpu = all(device.type == "cpu" for device in devices)
         self.model = choice.model().to(devices[0])
         self.data_parallel = dpcourse.DataParallel(self.model, devices)
         self.x, self.y = choice.batch(batch, devices[0])
@@ -74,14 +77,15 @@ class TracedTraining:
 
     def trace(self, steps: int) -> list[TimedStep]:
         """``steps`` traced training steps (after the warm-up step, the first time)."""
-        if not self.warmed_up:
-            self._step()
-            self.warmed_up = True
-        measured = []
-        for _ in range(steps):
-            with dpcourse.trace() as recorded:
-                times = self._step()
-            measured.append(TimedStep(recorded, times))
+        with one_thread_per_operation() if self.on_cpu else contextlib.nullcontext():
+            if not self.warmed_up:
+                self._step()
+                self.warmed_up = True
+            measured = []
+            for _ in range(steps):
+                with dpcourse.trace() as recorded:
+                    times = self._step()
+                measured.append(TimedStep(recorded, times))
         return measured
 
 

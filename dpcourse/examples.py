@@ -124,3 +124,19 @@ class CountingNet(nn.Module):
         self.calls += 1
         self.seen.append(x.shape[0])
         return self.bn(self.fc(x))
+
+
+class LossInside(nn.Module):
+    """Wraps ``model`` so that forward returns the mean loss (``loss_fn``) of the rows it was given.
+
+    Many training scripts compute the loss inside ``forward`` so that the outputs never travel to device 0.
+    Under DataParallel each replica then returns its own chunk's mean, and gather makes a vector of N chunk
+    means: lesson 06's mean-of-means pitfall, and lesson 14's under gradient accumulation.
+    """
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return loss_fn(self.model(x), y)

@@ -18,6 +18,7 @@
 # | `Gather`: concatenate the replicas' outputs | `Scatter`: split the gradient back to the replicas |
 
 # %%
+import inspect
 import warnings
 
 import torch
@@ -165,20 +166,13 @@ print(f"with BatchNorm, 12 rows on 3 devices: max |grad difference| = {differenc
 # ## The mean-of-means pitfall
 # Many training scripts compute the loss **inside** `forward`, so that the outputs never travel to device 0.
 # Each replica then returns the mean loss of its own chunk, a scalar; gather turns the N scalars into a
-# vector of N (lesson 05), and the script calls `.mean()` on it. With 7 rows on 2 devices:
+# vector of N (lesson 05), and the script calls `.mean()` on it. `examples.LossInside` is such a model; with 7
+# rows on 2 devices:
 
 # %%
-class LossInside(nn.Module):
-    """Forward returns the mean loss of its own chunk, as many training scripts do."""
+from dpcourse.examples import LossInside
 
-    def __init__(self, model):
-        super().__init__()
-        self.model = model
-
-    def forward(self, x, y):
-        return examples.loss_fn(self.model(x), y)
-
-
+print(inspect.getsource(LossInside))
 model = examples.make_model()
 oracle = examples.twin(model)
 x7, y7 = examples.make_batch(7)

@@ -17,8 +17,6 @@
 import inspect
 import warnings
 
-from torch import nn
-
 import dpcourse
 from dpcourse import accumulation, examples, exercises, quiz, viz
 from dpcourse.ddp import accumulation as ddp_accumulation
@@ -221,26 +219,15 @@ viz.micro_batch_weights(by_steps)
 # loss by its share of the rows, b_k / B (4/10, 4/10, 2/10), gives every sample 1/10 again.
 #
 # Under DataParallel both biases can meet: micro-batches of 3 rows split 2 + 1 over 2 devices, and a model
-# that returns each replica's mean loss (lesson 06's `LossInside`) averages means inside every micro-step
+# that returns each replica's mean loss (lesson 06's `examples.LossInside`) averages means inside every micro-step
 # too. Four ways, 10 rows, each against one device:
 
 # %%
-class LossInside(nn.Module):
-    """Forward returns the mean loss of its own chunk (lesson 06)."""
-
-    def __init__(self, model):
-        super().__init__()
-        self.model = model
-
-    def forward(self, x, y):
-        return examples.loss_fn(self.model(x), y)
-
-
 def error_against_one_device(rule, per_replica_mean):
     model = examples.make_model()
     oracle = examples.twin(model)
     if per_replica_mean:
-        dp, loss_of = dpcourse.DataParallel(LossInside(model), devices=dpcourse.devices(2)), lambda m, x, y: m(x, y).mean()
+        dp, loss_of = dpcourse.DataParallel(examples.LossInside(model), devices=dpcourse.devices(2)), lambda m, x, y: m(x, y).mean()
     else:
         dp, loss_of = dpcourse.DataParallel(model, devices=dpcourse.devices(2)), accumulation.mean_loss
     accumulation.accumulate(dp, x10, y10, 3, rule, loss_of)

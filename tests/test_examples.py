@@ -66,3 +66,11 @@ def test_counting_net_loses_its_counter_but_not_its_list():
     net = examples.CountingNet()
     dpcourse.DataParallel(net, devices=dpcourse.devices(2))(torch.randn(6, 3))
     assert net.calls == 0 and sorted(net.seen) == [3, 3]
+
+
+def test_loss_inside_returns_one_mean_loss_per_replica_chunk():
+    model, (x, y) = examples.make_model(), examples.make_batch(7)
+    with pytest.warns(UserWarning, match="scalars"):  # gather's warning: each replica returns a scalar
+        chunk_means = dpcourse.DataParallel(examples.LossInside(model), devices=dpcourse.devices(2))(x, y)
+    expected = [examples.loss_fn(model(x[:4]), y[:4]), examples.loss_fn(model(x[4:]), y[4:])]
+    assert torch.allclose(chunk_means, torch.stack(expected))

@@ -74,7 +74,7 @@ def one_thread_per_operation() -> Iterator[None]:
     autograd engine runs on the calling thread for CPU tensors, one. With the default (a thread per core),
     the caller's operations on small tensors wake the other threads for nothing: 2 CPU devices on 2 cores
     spent 32 ms of a second thread's time per Timeline run of 3 steps of 100 tiny layers (117 ms a run,
-    against 101 ms on one thread). ``parallel_apply`` shares the caller's threads among the CPU replicas.
+    against 101-110 ms on one thread). ``parallel_apply`` shares the caller's threads among the CPU replicas.
     """
     threads = torch.get_num_threads()
     torch.set_num_threads(1)

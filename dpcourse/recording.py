@@ -28,7 +28,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from . import costmodel
+from . import costmodel, examples
 from .data_parallel import DataParallel
 from .timing import cuda_seconds
 from .trace import Trace, trace
@@ -49,10 +49,8 @@ HELD_OUT = ((512, 4, 1024), (1024, 6, 4096))  # (hidden, depth, batch): measured
 
 
 def lesson_model() -> nn.Sequential:
-    """Lesson 09's compute-heavy MLP, 256 -> 512 -> 256, with its seed-0 weights."""
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(0)
-        return nn.Sequential(nn.Linear(WIDTHS[0], WIDTHS[1]), nn.ReLU(), nn.Linear(WIDTHS[1], WIDTHS[2]))
+    """Lesson 09's compute-heavy MLP, 256 -> 512 -> 256, with its seed-0 weights (``examples.mlp``)."""
+    return examples.mlp(WIDTHS)
 
 
 def calibration_setups() -> list[costmodel.Setup]:

@@ -2,9 +2,13 @@
 
 Every lesson parallelises the same training step, so the numbers can be compared from lesson to lesson:
 
-    model = examples.make_model()          # Linear(8, 16) -> ReLU -> Linear(16, 4), seeded
-    x, y = examples.make_batch(10)         # 10 samples, 8 features, 4 classes, seeded
-    loss = examples.loss_fn(model(x), y)   # cross-entropy, mean over the batch
+    devices = dpcourse.devices(3)
+    model = examples.make_model().to(devices[0])         # Linear(8, 16) -> ReLU -> Linear(16, 4), seeded
+    x, y = examples.make_batch(10, device=devices[0])    # 10 samples, 8 features, 4 classes, seeded
+    loss = examples.loss_fn(model(x), y)                 # cross-entropy, mean over the batch
+
+The model goes to ``devices[0]`` before DataParallel wraps it, as torch requires: on a GPU machine
+``devices[0]`` is ``cuda:0``; with CPU devices the move costs nothing.
 
 The oracle is the same step on one device with the whole batch: DataParallel is correct exactly when its
 outputs, gradients and weights match it.
@@ -50,12 +54,18 @@ def mlp(widths: Sequence[int], seed: int = 0, batchnorm: bool = False, relu: boo
         return nn.Sequential(*layers)
 
 
-def make_batch(batch: int = 10, seed: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
-    """``batch`` random samples and class labels, the same every time for the same seed."""
+def make_batch(batch: int = 10, seed: int = 1, device: torch.device | str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """``batch`` random samples and class labels, the same every time for the same seed, on ``device``.
+
+    Drawn on the CPU (the same numbers on every machine), then moved: ``make_batch(10, device=devices[0])``
+    puts both where DataParallel gathers its outputs, so the loss meets its targets on one device.
+    """
     generator = torch.Generator().manual_seed(seed)
     x = torch.randn(batch, FEATURES, generator=generator)
     y = torch.randint(0, CLASSES, (batch,), generator=generator)
-    return x, y
+    if device is None:
+        return x, y
+    return x.to(device), y.to(device)
 
 
 def loss_fn(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
@@ -93,11 +103,15 @@ def sgd_step(model: nn.Module, lr: float, momentum: float = 0.0, velocities: lis
 
 
 def train(model: nn.Module, steps: int = 20, batch: int = 10, lr: float = 0.1, momentum: float = 0.9) -> list[float]:
-    """``steps`` of SGD with momentum on fresh seeded batches; returns the losses. Works for DataParallel too."""
+    """``steps`` of SGD with momentum on fresh seeded batches; returns the losses. Works for DataParallel too.
+
+    The batches go where the model's parameters are (for DataParallel, ``devices[0]``).
+    """
     velocities = [torch.zeros_like(p) for p in model.parameters()]
+    device = next(model.parameters()).device
     losses = []
     for step in range(steps):
-        x, y = make_batch(batch, seed=100 + step)
+        x, y = make_batch(batch, seed=100 + step, device=device)
         model.zero_grad()
         loss = loss_fn(model(x), y)
         loss.backward()

@@ -1,13 +1,19 @@
-"""The one place that says how lessons run when they are built and tested: on CPU devices.
+"""The one place that says how lessons run when they are built and tested: on CPU devices, placement checked.
 
 nbval runs each lesson in a kernel that inherits this process's environment, notebooks/build.py sets the same
 variables before it executes a lesson, and the browser tests start JupyterLab with them. The stored outputs
-were made with CPU devices, so on a GPU machine too the lessons compare equal.
+were made with CPU devices, so on a GPU machine too the lessons compare equal. ``IPYTHONDIR`` gives those
+kernels tests/ipython/, whose startup file checks placement as if ``devices[0]`` were a GPU: a lesson that
+would crash on a GPU machine (a model left on the CPU, a target that meets a GPU output) fails here too.
 """
 
 import os
+from pathlib import Path
 
-LESSON_ENVIRONMENT = {"DPCOURSE_DEVICES": "cpu"}
+LESSON_ENVIRONMENT = {
+    "DPCOURSE_DEVICES": "cpu",
+    "IPYTHONDIR": str(Path(__file__).resolve().parent.parent / "tests" / "ipython"),
+}
 
 for _variable, _value in LESSON_ENVIRONMENT.items():
     os.environ.setdefault(_variable, _value)

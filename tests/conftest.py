@@ -28,3 +28,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     skip = pytest.mark.skip(reason="needs CUDA; run on a GPU machine")
     for item in cuda_tests:
         item.add_marker(skip)
+
+
+@pytest.fixture
+def stand_in_gpu(monkeypatch: pytest.MonkeyPatch):
+    """The lessons' placement check (tests/ipython) for one test: ``devices[0]`` is checked as if it were a GPU."""
+    from tests.placement import install
+
+    mode = install(monkeypatch.setattr)
+    yield
+    mode.__exit__(None, None, None)

@@ -1,0 +1,213 @@
+"""Lessons run on CPU devices, checked as if ``devices[0]`` were a GPU.
+
+On CPU devices every tensor is on the one CPU, so a lesson that builds its model on the CPU and passes
+``dpcourse.devices(n)`` runs fine here and crashes on a GPU machine, where ``devices(n)`` is
+``[cuda:0, ...]``: "module must have its parameters and buffers on device cuda:0 (devices[0]) but found one
+of them on device: cpu". This file makes such mistakes fail on the CPU too. IPython runs it in every kernel
+that builds or tests a lesson (notebooks/conftest.py sets IPYTHONDIR=tests/ipython); tests load it with
+``runpy`` and call ``install``.
+
+Every tensor is either *placed* (it would be on the GPU) or not (it would stay on the CPU):
+
+* placed: what ``.to(device)``, ``.cuda()``, a factory's ``device=`` or a module's ``.to(device)`` made,
+  what ``scatter``, ``replicate`` and ``gather`` made, and every result computed from a placed tensor
+  (a ``TorchFunctionMode`` follows each torch call of the notebook's thread);
+* not placed: everything else, e.g. ``examples.make_model()`` and ``torch.randn(4, 8)`` as they come.
+
+What fails, as it would on a GPU: a DataParallel, ``data_parallel`` or ``replicate`` of a module with an
+unplaced parameter or buffer; one torch call mixing placed tensors with unplaced ones (a 0-dimensional
+unplaced tensor may mix, as a CPU scalar may with CUDA tensors; an index may be unplaced); ``.numpy()`` of a
+placed tensor. The course's idiom, torch's own rule: ``model.to(devices[0])`` before wrapping, and
+``.to(devices[0])`` for what meets the gathered outputs.
+"""
+
+import sys
+
+import torch
+from torch import nn
+from torch.overrides import TorchFunctionMode
+
+PLACED = "_placed_on_a_stand_in_gpu"
+
+
+def is_placed(value) -> bool:
+    return isinstance(value, torch.Tensor) and getattr(value, PLACED, False)
+
+
+def mark(value):
+    """Mark every tensor in ``value`` (nested lists, tuples, dicts) as placed; return ``value``."""
+    if isinstance(value, torch.Tensor):
+        setattr(value, PLACED, True)
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            mark(item)
+    elif isinstance(value, dict):
+        for item in value.values():
+            mark(item)
+    return value
+
+
+def tensors_in(values):
+    """The tensors a torch call computes with: its tensor arguments and those in list arguments (``torch.cat``)."""
+    for value in values:
+        if isinstance(value, torch.Tensor):
+            yield value
+        elif isinstance(value, (list, tuple)):
+            yield from (item for item in value if isinstance(item, torch.Tensor))
+
+
+def unplaced_error(what: str) -> RuntimeError:
+    return RuntimeError(
+        f"placement check (CPU devices standing in for GPUs): {what}. On a GPU machine, where "
+        f"dpcourse.devices(n) is [cuda:0, ...], this line fails. Put it on devices[0] first: "
+        f"model.to(devices[0]) before wrapping, tensors with .to(devices[0])."
+    )
+
+
+def _names_a_device(args, kwargs) -> bool:
+    """True for ``.to(device)``-like arguments: a device object, a CUDA index or a placed tensor. The string
+    ``"cpu"`` names the real CPU, which a lesson asks for on a GPU machine too, so it does not count, and the
+    meta device is no GPU."""
+    def a_gpu(a):
+        if isinstance(a, torch.Tensor):
+            return is_placed(a)
+        if isinstance(a, torch.device):
+            return a.type != "meta"
+        if isinstance(a, str):
+            return not a.startswith(("cpu", "meta"))
+        return isinstance(a, int) and not isinstance(a, bool)
+
+    return any(a_gpu(a) for a in [*args, kwargs.get("device")] if a is not None)
+
+
+_MOVES = {torch.Tensor.to, torch.Tensor.cuda}
+_LEAVES = {torch.Tensor.cpu, torch.Tensor.copy_}  # copy_ may copy across devices; the copy stays where it is
+_INDEXING = {torch.Tensor.__getitem__, torch.Tensor.__setitem__}
+_UNCHECKED = {torch._has_compatible_shallow_copy_type}  # nn.Module._apply asks it about a tensor and its move
+_SHAPE_OF_SECOND = {torch.Tensor.view_as, torch.Tensor.reshape_as, torch.Tensor.expand_as}  # its size, not its data
+
+
+class StandInGPU(TorchFunctionMode):
+    """Follows placed tensors through every torch call and fails a call that mixes them with unplaced ones."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func in _MOVES:
+            result = func(*args, **kwargs)
+            if func is not torch.Tensor.cuda and not _names_a_device(args[1:], kwargs):
+                return result
+            if result is args[0] and not isinstance(result, nn.Parameter):
+                result = result.view_as(result)  # on a GPU a new tensor: the CPU original stays unplaced
+            return mark(result)
+        if func in _LEAVES or func in _UNCHECKED:
+            return func(*args, **kwargs)
+        if func is torch.Tensor.numpy and is_placed(args[0]):
+            raise unplaced_error("a tensor on devices[0] was turned into a numpy array (use .cpu() first)")
+        checked = [args[0], *args[2:]] if func in _INDEXING | _SHAPE_OF_SECOND else list(args)  # an index may stay on the CPU
+        tensors = [*tensors_in(checked), *tensors_in(kwargs.values())]
+        placed = any(is_placed(t) for t in tensors)
+        if placed:
+            stray = [t for t in tensors if not is_placed(t) and t.dim() > 0]
+            if stray:
+                name = getattr(func, "__qualname__", getattr(func, "__name__", str(func)))
+                raise unplaced_error(
+                    f"{name} mixes tensors on devices[0] with one left on the CPU of shape {list(stray[0].shape)}")
+        result = func(*args, **kwargs)
+        if placed or _names_a_device([], kwargs):
+            mark(result)
+        return result
+
+
+def install(patch=setattr) -> StandInGPU:
+    """Put the checks in place and enter the mode; ``patch`` is ``setattr`` or pytest's ``monkeypatch.setattr``.
+
+    Returns the mode: ``mode.__exit__(None, None, None)`` leaves it (the patches stay until undone).
+    """
+    import importlib
+
+    import dpcourse
+
+    # dpcourse.data_parallel and dpcourse.replicate are the functions: the modules of the same name are these.
+    data_parallel, by_hand, replicate_module, scatter_gather, apply_module = (
+        importlib.import_module(f"dpcourse.{name}")
+        for name in ("data_parallel", "by_hand", "replicate", "scatter_gather", "parallel_apply"))
+    module_to, module_cuda = nn.Module.to, nn.Module.cuda
+
+    def to(self, *args, **kwargs):
+        result = module_to(self, *args, **kwargs)
+        if _names_a_device(args, kwargs):
+            mark([*self.parameters(), *self.buffers()])
+        return result
+
+    def cuda(self, *args, **kwargs):
+        result = module_cuda(self, *args, **kwargs)
+        mark([*self.parameters(), *self.buffers()])
+        return result
+
+    # Only what dpcourse.devices(n) chose stands in for a GPU: DataParallel(m, devices=["cpu", "cpu"]) asks for
+    # the real CPU, on a GPU machine too.
+    devices_module = sys.modules["dpcourse.devices"]
+    choose_devices, chosen = devices_module.devices, {}
+
+    def devices(n):
+        result = choose_devices(n)
+        chosen.update((id(device), device) for device in result)
+        return result
+
+    for name, module in list(sys.modules.items()):
+        if name.startswith("dpcourse") and getattr(module, "devices", None) is choose_devices:
+            patch(module, "devices", devices)
+
+    def stands_in_for_a_gpu(device):
+        return chosen.get(id(device)) is device
+
+    check_placement = data_parallel._check_placement
+
+    def checked_placement(module, device):
+        check_placement(module, device)
+        if not stands_in_for_a_gpu(device):
+            return
+        for name, tensor in [*module.named_parameters(), *module.named_buffers()]:
+            if not is_placed(tensor):
+                raise unplaced_error(f"{type(module).__name__}'s {name} was never moved to devices[0]")
+
+    replicate = replicate_module.replicate
+
+    def checked_replicate(module, devices, detach=False):
+        for name, tensor in [*module.named_parameters(), *module.named_buffers()]:
+            if len(devices) and stands_in_for_a_gpu(devices[0]) and not is_placed(tensor):
+                raise unplaced_error(f"replicate got {type(module).__name__} whose {name} is not on devices[0]")
+        replicas = replicate(module, devices, detach)
+        for replica in replicas:  # a replica's parameters are plain tensor attributes (see dpcourse.replicate)
+            for m in replica.modules():
+                mark([*vars(m).values(), *m._buffers.values()])
+        return replicas
+
+    def marking(original):
+        def marked(*args, **kwargs):
+            return mark(original(*args, **kwargs))
+        return marked
+
+    parameter_new = nn.Parameter.__new__
+
+    def new_parameter(cls, data=None, requires_grad=True):  # nn.Parameter(placed), and so deepcopy, stays placed
+        parameter = parameter_new(cls, data, requires_grad)
+        return mark(parameter) if is_placed(data) else parameter
+
+    patch(nn.Parameter, "__new__", new_parameter)
+    patch(nn.Module, "to", to)
+    patch(nn.Module, "cuda", cuda)
+    patch(data_parallel, "_check_placement", checked_placement)
+    for module in (dpcourse, data_parallel, replicate_module, by_hand):
+        patch(module, "replicate", checked_replicate)
+    for module in (dpcourse, scatter_gather, data_parallel, by_hand, apply_module):
+        for name in ("scatter", "scatter_kwargs", "gather", "parallel_apply"):  # replicas run in threads, unfollowed
+            if hasattr(module, name) and callable(getattr(module, name)):
+                patch(module, name, marking(getattr(module, name)))
+    mode = StandInGPU()
+    mode.__enter__()
+    return mode
+
+
+if __name__ == "__main__" and __file__.endswith("00_check_placement.py"):  # IPython, at kernel start
+    install()

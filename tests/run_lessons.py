@@ -56,6 +56,20 @@ def commit() -> str:
     return found.stdout.strip() or "unknown"
 
 
+def write_report(path: Path, results: list[dict]) -> None:
+    """Write the report; rows of an earlier run of the same commit are kept where this run has none, so that a
+    GPU machine's time limit per call can split the lessons over several calls."""
+    report = {"machine": machine(), "commit": commit(), "notebooks": results}
+    if path.exists():
+        earlier = json.loads(path.read_text())
+        if earlier.get("commit") == report["commit"]:
+            ran = {row["path"] for row in results}
+            kept = [row for row in earlier["notebooks"] if row["path"] not in ran]
+            report["notebooks"] = sorted(kept + results, key=lambda row: row["path"])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(report, indent=2) + "\n")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--edition", choices=["both", *EDITIONS], default="both")
@@ -74,9 +88,7 @@ def main() -> int:
     failed = sum(row["error_cells"] for row in results)
     print(f"{len(results)} notebooks, {failed} error cells")
     if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        report = {"machine": machine(), "commit": commit(), "notebooks": results}
-        args.json.write_text(json.dumps(report, indent=2) + "\n")
+        write_report(args.json, results)
     return 1 if failed and args.fail_on_error else 0
 
 

@@ -100,6 +100,19 @@ def test_torch_requirement_is_a_range_that_keeps_the_cpu_wheel() -> None:
     assert torch.contains("2.13.0+cpu")
 
 
+def test_ci_runs_the_lessons_on_the_torch_floor_that_requirements_declare() -> None:
+    ci = (ROOT / ".ci" / "run").read_text()
+    oldest = re.search(r"OLDEST_TORCH=(\S+)", ci).group(1)
+    newest = re.search(r"NEWEST_TORCH=(\S+)", ci).group(1)
+    torch = specs_by_name(requirements_txt_lines())["torch"]
+    (floor,) = [spec.version for spec in torch if spec.operator == ">="]
+    assert oldest.startswith(floor + ".") or oldest == floor, f"CI's oldest torch {oldest}, requirements' floor {floor}"
+    readme = (ROOT / "README.md").read_text()
+    assert f"torch **{floor} to {newest}**" in readme, "README's Versions section names the range CI runs"
+    for check in (oldest, newest):
+        assert torch.contains(check)
+
+
 def test_ci_runs_readme_test_command_step_by_step() -> None:
     readme = (ROOT / "README.md").read_text()
     command = re.search(r"^python3 -m venv .*-m pytest$", readme, flags=re.MULTILINE)

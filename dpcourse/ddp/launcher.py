@@ -20,6 +20,7 @@ in a collective whose peer died gives up after the process group timeout (30 s).
 
 import contextlib
 import datetime
+import inspect
 import json
 import multiprocessing
 import os
@@ -43,6 +44,10 @@ import torch.multiprocessing as mp
 from ..devices import usable_gpus
 
 TIMEOUT = datetime.timedelta(seconds=30)
+
+# When a rank fails, newer torch lets the others exit by themselves for a moment before stopping them
+# (``ProcessContext.join(grace_period=...)``); older torch, down to the course's floor, stops them at once.
+_JOIN_GRACE = {"grace_period": 1.0} if "grace_period" in inspect.signature(mp.ProcessContext.join).parameters else {}
 
 
 class WorkerError(RuntimeError):
@@ -238,7 +243,7 @@ def launch(
         context = mp.start_processes(_run_rank, spawn_args, nprocs=world_size, join=False, start_method=method)
         deadline = time.monotonic() + timeout
         try:
-            while not context.join(timeout=max(0.0, deadline - time.monotonic()), grace_period=1.0):
+            while not context.join(timeout=max(0.0, deadline - time.monotonic()), **_JOIN_GRACE):
                 if time.monotonic() >= deadline:
                     running = [rank for rank, p in enumerate(context.processes) if p.is_alive()]
                     raise TimeoutError(

@@ -34,6 +34,7 @@ script adds, are written back to notebooks/src/ as percent text. Then rebuild, s
 """
 
 import argparse
+import json
 import os
 import re
 import runpy
@@ -53,6 +54,7 @@ SOLUTION = re.compile(r"^(?P<indent>[ \t]*)### BEGIN SOLUTION\n.*?^[ \t]*### END
 STUB = '{indent}raise NotImplementedError("Your code here: write this, then run the check below.")\n'
 SOLUTION_TAG = "solution"  # a code cell holding an exercise's answer
 REVEALS_ANSWER_TAG = "reveals-answer"  # a code cell whose output gives away a quiz above it
+WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
 
 
 def without_solutions(code: str) -> str:
@@ -94,8 +96,8 @@ def remove_classroom_metadata(notebook: nbformat.NotebookNode) -> None:
             cell.outputs, cell.execution_count = [], None
 
 
-def build(name: str, edition: str = "instructor", timeout: int = 300) -> Path:
-    """Convert notebooks/src/<name>.py into the edition's <name>.ipynb and execute it in place."""
+def build(name: str, edition: str = "instructor", timeout: int = 300, into: Path | None = None) -> Path:
+    """Convert notebooks/src/<name>.py into the edition's <name>.ipynb and execute it in place (or in ``into``)."""
     notebook = jupytext.read(SOURCES / f"{name}.py", fmt="py:percent")
     notebook.metadata = kernel_metadata()  # what JupyterLab writes on open: a lesson opens unmodified
     add_classroom_metadata(notebook, edition)
@@ -109,10 +111,24 @@ def build(name: str, edition: str = "instructor", timeout: int = 300) -> Path:
         notebook, timeout=timeout, kernel_name="python3", store_widget_state=True, record_timing=False
     )
     client.execute(cwd=str(HERE))
-    target = EDITIONS[edition] / f"{name}.ipynb"
+    target = (into or EDITIONS[edition]) / f"{name}.ipynb"
     target.parent.mkdir(exist_ok=True)
-    nbformat.write(notebook, target)
+    target.write_text(with_numbered_widget_ids(nbformat.writes(notebook)) + "\n")
     return target
+
+
+def with_numbered_widget_ids(text: str) -> str:
+    """``text`` (a notebook's JSON) with each widget model's random id replaced by its number, in order of first
+    appearance, as cell ids are: a rebuild of an unchanged lesson then writes the same bytes.
+
+    ipywidgets names every model with a fresh ``uuid4().hex``; the ids appear in the outputs that show a widget,
+    in the saved widget state (its keys) and in references between models (``"IPY_MODEL_<id>"``).
+    """
+    notebook = json.loads(text)
+    state = notebook["metadata"].get("widgets", {}).get(WIDGET_STATE, {}).get("state", {})
+    ids = {old: None for old in re.findall(r"[0-9a-f]{32}", text) if old in state}  # in order, no repeats
+    numbered = {old: f"{number:032x}" for number, old in enumerate(ids, start=1)}
+    return re.sub(r"[0-9a-f]{32}", lambda match: numbered.get(match[0], match[0]), text)
 
 
 def to_source(name: str) -> Path:

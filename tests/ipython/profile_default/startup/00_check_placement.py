@@ -103,7 +103,8 @@ class StandInGPU(TorchFunctionMode):
             return func(*args, **kwargs)
         if func is torch.Tensor.numpy and is_placed(args[0]):
             raise unplaced_error("a tensor on devices[0] was turned into a numpy array (use .cpu() first)")
-        checked = [args[0], *args[2:]] if func in _INDEXING | _SHAPE_OF_SECOND else list(args)  # an index may stay on the CPU
+        # An index may stay on the CPU; view_as and the like read only their second tensor's shape.
+        checked = [args[0], *args[2:]] if func in _INDEXING | _SHAPE_OF_SECOND else list(args)
         tensors = [*tensors_in(checked), *tensors_in(kwargs.values())]
         placed = any(is_placed(t) for t in tensors)
         if placed:

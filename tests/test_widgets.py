@@ -103,6 +103,25 @@ def test_step_through_replicate_stage_shows_one_shared_and_three_copied_replicas
     assert shown.count("0 Parameters") == 4
 
 
+def test_step_through_runs_a_full_step_with_devices_0_standing_in_for_a_gpu(stand_in_gpu):
+    """Lesson 00's explorer under the lessons' placement check: every Next and every new setting works, as on
+    a GPU machine where the model, the batch and the gathered output are on cuda:0."""
+    from tests.placement import is_placed
+
+    s = StepThrough(devices=4, batch=10)
+    for k in range(2, len(STAGE_NAMES) + 1):
+        s.next_button.click()
+        assert s.stage == k and not s.message.value, (STAGE_NAMES[k - 1], text(s.message))
+        assert png(s.image).startswith(PNG) == (STAGE_NAMES[k - 1] in WITH_FIGURE)
+    record = s.record
+    assert all(is_placed(t) for t in [*record.model.parameters(), record.x, record.y, record.gathered])
+    s.devices_slider.value, s.batch_slider.value = 3, 7  # a new setting runs the whole step again, at stage 9
+    s.reset_button.click()
+    assert s.record is not record and not s.message.value, text(s.message)
+    assert max(abs(w - v).max().item() for w, v in
+               zip(s.record.weights_after.values(), s.record.single_weights_after.values(), strict=True)) < 1e-6
+
+
 def test_reset_goes_back_to_stage_one_and_keeps_the_settings():
     s = StepThrough(devices=3, batch=7)
     for _ in range(4):

@@ -34,13 +34,18 @@ def example_trace(n_devices: int = 3, batch: int = 64) -> Trace:
     devices = dpcourse.devices(n_devices)
     model = examples.make_model().to(devices[0])
     data_parallel = dpcourse.DataParallel(model, devices)
-    x = examples.make_batch(batch)[0].to(devices[0])
+    x, _ = examples.make_batch(batch, device=devices[0])
     data_parallel(x).pow(2).mean().backward()
     model.zero_grad()
     with dpcourse.trace() as recorded:
         loss = data_parallel(x).pow(2).mean()
         loss.backward()
     return recorded
+
+
+def example_replicate_map(devices: list[torch.device]) -> Figure:
+    """Lesson 03's map: ``CountingNet`` moved to ``devices[0]`` first, as DataParallel requires, then replicated."""
+    return replicate_map(examples.CountingNet().to(devices[0]), devices)
 
 
 def example_scaling(device_counts: Sequence[int] = (1, 2, 3, 4), steps: int = 5) -> Figure:
@@ -61,7 +66,7 @@ def recorded_gpu_timeline() -> Figure:
 FIGURES: dict[str, Callable[[], Figure]] = {
     "chunk_split": lambda: chunk_split(10, 4),
     "chunk_split_idle_and_kwargs": lambda: chunk_split(6, 4, kwargs_batches={"mask": 6, "lengths": 2}),
-    "replicate_map": lambda: replicate_map(examples.CountingNet(), dpcourse.devices(3)),
+    "replicate_map": lambda: example_replicate_map(dpcourse.devices(3)),
     "gather_view": lambda: gather_view([3, 3, 3, 1]),
     "gather_view_scalars": lambda: gather_view([3, 3, 3, 1], scalars=True),
     "gradient_sum": gradient_sum,

@@ -12,7 +12,7 @@ from collections.abc import Callable
 import torch
 from matplotlib.figure import Figure
 
-from dpcourse import examples, viz
+from dpcourse import viz
 from dpcourse.replicate import tensor_at
 
 from ._base import paragraph, table
@@ -136,7 +136,7 @@ STAGES = (
     Stage("replicate", "Each used device gets a replica: a shallow copy of every submodule whose parameters are "
           "swapped for copies made by Broadcast. Replica 0's copies are the model's own tensors; a replica owns no "
           "Parameters, only computed tensors whose backward leads to the originals.",
-          _replicate, lambda r: viz.replicate_map(examples.make_model(), r.used)),
+          _replicate, lambda r: viz.replicate_map(r.model, r.used)),
     Stage("parallel_apply", "Every replica runs forward on its own chunk, each in its own thread (replica-i). "
           "The matrix products release the GIL, so the threads can overlap.", _parallel_apply),
     Stage("gather", "The outputs are copied, in replica order, into one new tensor on devices[0]. Nothing is "

@@ -72,7 +72,7 @@ def run_step(n_devices: int, batch: int, lr: float = LEARNING_RATE) -> StepRecor
     devices = dpcourse.devices(n_devices)
     model = examples.make_model().to(devices[0])
     single = examples.twin(model)
-    x, y = (t.to(devices[0]) for t in examples.make_batch(batch))
+    x, y = examples.make_batch(batch, device=devices[0])
     names = [name for name, _ in model.named_parameters()]
     before = {name: p.detach().clone() for name, p in model.named_parameters()}
 

@@ -55,9 +55,10 @@ def in_order(spans):
     return " → ".join(step if n == 1 else f"{step} ×{n}" for step, n in runs)
 
 
-model = examples.make_model()
-x, y = examples.make_batch(10)
-dp = dpcourse.DataParallel(model, devices=dpcourse.devices(3))
+devices = dpcourse.devices(3)
+model = examples.make_model().to(devices[0])  # the model goes to devices[0] before it is wrapped
+x, y = examples.make_batch(10, device=devices[0])
+dp = dpcourse.DataParallel(model, devices=devices)
 with dpcourse.trace() as t:
     loss = examples.loss_fn(dp(x), y)
     loss.backward()
@@ -114,6 +115,8 @@ print("dpcourse.devices(3):           ", dpcourse.devices(3))
 # %% [markdown]
 # Without a GPU, torch's wrapper keeps `device_ids = []` and its forward just calls your model
 # (`torch/nn/parallel/data_parallel.py`, `__init__` and `forward`): nothing is split, copied or run in threads.
+# With one GPU, `device_ids` is `[0]`: `__init__` moves your model to `cuda:0` itself, and forward moves the
+# inputs there and calls the model, again without a split or a thread; the output is on `cuda:0`.
 # That is why the course has its own implementation. `dpcourse.devices(n)` returns n devices for n replicas,
 # in one of three modes (`dpcourse/devices.py`):
 #
@@ -208,8 +211,10 @@ quiz.ProgressSummary()
 # 2. With a single device, DataParallel takes a shortcut. Which steps does a trace record then?
 
 # %% tags=["solution"]
+devices4 = dpcourse.devices(4)
 with dpcourse.trace() as t1:
-    dpcourse.DataParallel(examples.make_model(), devices=dpcourse.devices(4))(examples.make_batch(5)[0])
+    x5, _ = examples.make_batch(5, device=devices4[0])
+    dpcourse.DataParallel(examples.make_model().to(devices4[0]), devices=devices4)(x5)
 replica_forwards = len(t1.steps("forward"))
 
 # %%
@@ -217,8 +222,9 @@ assert replica_forwards == 3, "5 rows make chunks of 2, 2, 1: three replicas run
 print("exercise 1:", replica_forwards, "replicas ran")
 
 # %% tags=["solution"]
+devices1 = dpcourse.devices(1)
 with dpcourse.trace() as t2:
-    dpcourse.DataParallel(examples.make_model(), devices=dpcourse.devices(1))(x)
+    dpcourse.DataParallel(examples.make_model().to(devices1[0]), devices=devices1)(x)
 single_device_steps = [s.step for s in t2.spans]
 
 # %%

@@ -16,11 +16,13 @@ from dpcourse import examples, exercises, quiz
 # %% [markdown]
 # ## The running example
 # Every lesson parallelises the same small model and batch, so numbers can be compared across lessons:
-# a 2-layer MLP (8 → 16 → 4) and a batch of 10 samples. Both are seeded (`dpcourse/examples.py`).
+# a 2-layer MLP (8 → 16 → 4) and a batch of 10 samples. Both are seeded (`dpcourse/examples.py`), and both go
+# to `devices[0]`, the first of the devices DataParallel will use (on a GPU machine `cuda:0`; more below).
 
 # %%
-model = examples.make_model()
-x, y = examples.make_batch(10)
+devices = dpcourse.devices(3)
+model = examples.make_model().to(devices[0])
+x, y = examples.make_batch(10, device=devices[0])
 model, x.shape, y.tolist()
 
 # %% [markdown]
@@ -43,7 +45,7 @@ print("grad of the first weight, first row:", [round(v, 4) for v in oracle[0].we
 # Here is the promise kept, before we open the box: the same step with `dpcourse.DataParallel` on 3 devices.
 
 # %%
-parallel = dpcourse.DataParallel(model, devices=dpcourse.devices(3))
+parallel = dpcourse.DataParallel(model, devices=devices)  # model is on devices[0], as torch requires
 examples.loss_fn(parallel(x), y).backward()
 print(f"max |grad difference| vs the oracle: {examples.max_grad_difference(model, oracle):.1e}")
 
@@ -66,11 +68,12 @@ dpcourse.devices(3)
 #
 # `torch.nn.DataParallel` itself does nothing without a GPU: it becomes a pass-through that calls your
 # module once on the whole batch (`torch/nn/parallel/data_parallel.py`, `__init__`: no device type found →
-# `device_ids = []`). See it:
+# `device_ids = []`). With one GPU, `device_ids` is `[0]` and `__init__` moves the module to `cuda:0` itself;
+# forward then calls it there on the whole batch, still without threads. See what yours does:
 
 # %% tags=["nbval-ignore-output"]
 torch_dp = torch.nn.DataParallel(examples.make_model())
-print("torch's device_ids without a GPU:", torch_dp.device_ids if not torch.cuda.is_available() else "(GPU present)")
+print("torch's device_ids:", torch_dp.device_ids, "| its module is on:", next(torch_dp.module.parameters()).device)
 
 # %% [markdown]
 # ## Predict, then run
@@ -135,11 +138,12 @@ exercises.check("chunk_loss_weights", chunk_loss_weights)
 
 # %% tags=["solution"]
 def exercise_1(batch=7, n=2):
-    model = examples.make_model()
+    devices = dpcourse.devices(n)
+    model = examples.make_model().to(devices[0])
     oracle = examples.twin(model)
-    x, y = examples.make_batch(batch)
+    x, y = examples.make_batch(batch, device=devices[0])
     examples.loss_fn(oracle(x), y).backward()
-    examples.loss_fn(dpcourse.DataParallel(model, devices=dpcourse.devices(n))(x), y).backward()
+    examples.loss_fn(dpcourse.DataParallel(model, devices=devices)(x), y).backward()
     return examples.max_grad_difference(model, oracle)
 
 
@@ -148,9 +152,10 @@ assert exercise_1() < 1e-6, "the parallel gradient should equal the oracle's"
 print("exercise 1: matches the oracle")
 
 # %% tags=["solution"]
-model = examples.make_model()
+devices = dpcourse.devices(2)
+model = examples.make_model().to(devices[0])
 oracle = examples.twin(model)
-examples.train(dpcourse.DataParallel(model, devices=dpcourse.devices(2)), steps=5)
+examples.train(dpcourse.DataParallel(model, devices=devices), steps=5)
 examples.train(oracle, steps=5)
 
 # %%

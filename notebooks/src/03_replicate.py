@@ -21,10 +21,11 @@ devices = dpcourse.devices(3)
 # ## A replica is a shallow copy
 # For each submodule and device, `Module._replicate_for_data_parallel` (`torch/nn/modules/module.py`) makes
 # a new object **without calling `__init__`** and copies its `__dict__` — the dict itself, not what it
-# holds. Then replicate wires in the copied parameters and buffers.
+# holds. Then replicate wires in the copied parameters and buffers. As DataParallel does, we give it a model
+# that is already on `devices[0]`.
 
 # %%
-model = examples.CountingNet()
+model = examples.CountingNet().to(devices[0])
 replicas = dpcourse.replicate(model, devices)
 print(len(replicas), "replicas; marked as replicas:", [r._is_replica for r in replicas])
 
@@ -93,10 +94,11 @@ print("replica 0's weight is the original Parameter:", detached[0].fc.weight is 
 quiz.ask("03-counter-lost")
 
 # %% tags=["reveals-answer"]
-model = examples.CountingNet()
-dpcourse.DataParallel(model, devices=dpcourse.devices(2))(torch.randn(8, 3))
+model = examples.CountingNet().to(devices[0])
+x = torch.randn(8, 3, device=devices[0])
+dpcourse.DataParallel(model, devices=devices[:2])(x)
 print("with 2 devices: calls =", model.calls)
-dpcourse.DataParallel(model, devices=dpcourse.devices(1))(torch.randn(8, 3))
+dpcourse.DataParallel(model, devices=devices[:1])(x)
 print("with 1 device:  calls =", model.calls)
 
 # %% [markdown]
@@ -121,14 +123,14 @@ print("seen =", model.seen)
 # the opposite trap to the lost counter: it changes the one object everybody holds.
 #
 # Plain **tensor** attributes (not registered as buffers) are not copied either: every replica points at the
-# original tensor on the original device. On real GPUs that is a device-mismatch error in replica 1; CPU
-# devices cannot show it, because all CPU memory is one device.
+# original tensor on the original device. On two or more GPUs that is a device-mismatch error in replica 1;
+# CPU devices, and replicas that share one GPU, cannot show it: all their memory is one device.
 #
 # The whole picture, for every entry of `CountingNet`: what each replica holds, and whether it is your model's
 # own object, its memory, or a copy:
 
 # %%
-viz.replicate_map(examples.CountingNet(), devices)
+viz.replicate_map(examples.CountingNet().to(devices[0]), devices)
 
 # %% [markdown]
 # ## BatchNorm under DataParallel
@@ -137,13 +139,13 @@ viz.replicate_map(examples.CountingNet(), devices)
 # model's own buffers; the other replicas update copies that are thrown away).
 
 # %%
-model = examples.make_model(batchnorm=True)
-x, _ = examples.make_batch(12)
-dpcourse.DataParallel(model, devices=dpcourse.devices(3))(x)
+model = examples.make_model(batchnorm=True).to(devices[0])
+x, _ = examples.make_batch(12, device=devices[0])
+dpcourse.DataParallel(model, devices=devices)(x)
 
-chunk0_only = examples.make_model(batchnorm=True)
+chunk0_only = examples.make_model(batchnorm=True).to(devices[0])  # the same model, on chunk 0 alone
 chunk0_only(x[:4])
-full_batch = examples.make_model(batchnorm=True)
+full_batch = examples.make_model(batchnorm=True).to(devices[0])
 full_batch(x)
 bn, bn0, bn_full = model[1], chunk0_only[1], full_batch[1]
 print("running_mean equals the update from chunk 0 alone:", torch.allclose(bn.running_mean, bn0.running_mean))
@@ -161,8 +163,8 @@ print("num_batches_tracked:", bn.num_batches_tracked.item())
 # weights, and also why replication is a cost paid on every step (lesson 09).
 
 # %%
-dp = dpcourse.DataParallel(examples.make_model(), devices=dpcourse.devices(2))
-x, _ = examples.make_batch(8)
+dp = dpcourse.DataParallel(examples.make_model().to(devices[0]), devices=devices[:2])
+x, _ = examples.make_batch(8, device=devices[0])
 with dpcourse.trace() as t:
     dp(x)
     dp(x)
@@ -232,16 +234,17 @@ class Counter(torch.nn.Module):
 
 
 # %%
-counter = Counter()
-dpcourse.DataParallel(counter, devices=dpcourse.devices(2))(torch.zeros(4, 1))
+counter = Counter().to(devices[0])
+dpcourse.DataParallel(counter, devices=devices[:2])(torch.zeros(4, 1, device=devices[0]))
 assert counter.calls.item() == 1
 print("exercise 1: the buffer counted", counter.calls.item(), "call")
 
 # %% tags=["solution"]
-model = examples.make_model()
+devices4 = dpcourse.devices(4)
+model = examples.make_model().to(devices4[0])
 parameter_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
 with dpcourse.trace() as t:
-    dpcourse.replicate(model, dpcourse.devices(4))
+    dpcourse.replicate(model, devices4)
 
 # %%
 assert t.steps("replicate")[0].bytes_copied == 3 * parameter_bytes  # replica 0 copies nothing

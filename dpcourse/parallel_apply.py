@@ -98,6 +98,12 @@ def parallel_apply(
       falls back to the thread default (float16 on CUDA). dpcourse forwards the flag *and* the dtype.
     * torch catches only ``Exception``: a ``SystemExit`` or ``KeyboardInterrupt`` ends its worker thread and
       the caller gets a bare ``KeyError``. dpcourse re-raises those like any other exception.
+    * The caller waits for each replica's "finished" event, then joins the thread, where torch only joins. On
+      Python 3.11 a Ctrl-C that lands inside ``Thread.join`` makes ``threading`` take a still-running thread for
+      finished (``_wait_for_tstate_lock`` releases the running thread's lock); the interpreter then shuts down
+      under it at exit and torch's C++ aborts the process ("terminate called without an active exception",
+      exit 134). Interrupted in ``Event.wait``, the caller leaves the thread's state alone, and at exit Python
+      waits for the blocked replica to end.
     * CPU replicas share the caller's intra-op threads (``torch.get_num_threads()``) equally, at least one
       each: otherwise 2 replicas on 2 cores run 4 busy threads that fight over the cores. torch never runs
       replicas on the CPU, so it has no such rule.
@@ -114,6 +120,7 @@ def parallel_apply(
     caller_threads = torch.get_num_threads()
     cpu_share = max(1, caller_threads // max(1, sum(d.type == "cpu" for d in devices)))
     results: dict[int, Any] = {}
+    finished = [threading.Event() for _ in modules]
 
     def run_replica(i: int, module: nn.Module, input: Any, kwargs: dict, device: torch.device, stream) -> None:
         enabled, dtype = autocast_state[device.type]
@@ -126,6 +133,8 @@ def parallel_apply(
                 results[i] = module(*args, **kwargs)
         except BaseException:  # torch catches only Exception: a SystemExit then kills its thread silently
             results[i] = ReplicaError(i, device)
+        finally:
+            finished[i].set()
 
     jobs = list(zip(range(len(modules)), modules, inputs, kwargs_tup, devices, streams, strict=True))
     if len(jobs) == 1:
@@ -135,6 +144,8 @@ def parallel_apply(
         try:
             for thread in threads:
                 thread.start()
+            for event in finished:  # not thread.join() alone: see "Differences from torch" above
+                event.wait()
             for thread in threads:
                 thread.join()
         finally:

@@ -6,7 +6,7 @@ shallow copy of every submodule whose parameters are swapped for copies on the r
 1. Copy every parameter and buffer to every device (``Broadcast``, so gradients flow back and are
    summed). Device 0's "copies" are the original tensors themselves.
 2. For each submodule and device, make a shallow copy with ``module._replicate_for_data_parallel()``,
-   which in ``torch/nn/modules/module.py`` is (``_shallow_copy`` below does the same in one step)::
+   which in ``torch/nn/modules/module.py`` is::
 
        replica = self.__new__(type(self))        # __init__ is not called
        replica.__dict__ = self.__dict__.copy()   # plain attributes: the same objects
@@ -16,7 +16,7 @@ shallow copy of every submodule whose parameters are swapped for copies on the r
        replica._is_replica = True
 
    (RNNs extend it to copy their ``_flat_weights`` list.)
-3. Wire each replica's children, parameters and buffers to the copies on its device.
+3. Wire each replica's children, parameters and buffers to the copies on its device, with ``setattr``.
 
 What follows, and what the course shows:
 
@@ -28,12 +28,10 @@ What follows, and what the course shows:
   is lost; ``self.log.append(x)`` mutates the one shared list from every thread.
 """
 
-import functools
 from collections.abc import Sequence
 
 import torch
 from torch import nn
-from torch.nn.modules import module as module_registry
 from torch.nn.parameter import is_lazy
 
 from ._functions import Broadcast
@@ -51,48 +49,6 @@ def _broadcast(tensors: list[torch.Tensor], devices: list[torch.device], detach:
     flat = Broadcast.apply(devices, *tensors)
     n = len(tensors)
     return [list(flat[j * n : (j + 1) * n]) for j in range(len(devices))]
-
-
-@functools.cache
-def _plain(kind: type[nn.Module]) -> bool:
-    """True when module class ``kind`` keeps nn.Module's own ``__setattr__`` and ``_replicate_for_data_parallel``."""
-    return kind.__setattr__ is nn.Module.__setattr__ and (
-        kind._replicate_for_data_parallel is nn.Module._replicate_for_data_parallel)
-
-
-def _shallow_copy(module: nn.Module) -> nn.Module:
-    """``module._replicate_for_data_parallel()``, with one attribute assignment instead of five for plain modules.
-
-    Each ``nn.Module.__setattr__`` call checks its value against Parameter, Module and Buffer, which costs
-    more than copying a small module's dict. A class that overrides either method (``nn.RNNBase`` keeps
-    its ``_flat_weights`` through both) gets the method itself.
-    """
-    if not _plain(type(module)):
-        return module._replicate_for_data_parallel()
-    attributes = module.__dict__.copy()
-    attributes.update(_parameters={}, _buffers=attributes["_buffers"].copy(),
-                      _modules=attributes["_modules"].copy(), _is_replica=True)
-    replica = module.__new__(type(module))
-    object.__setattr__(replica, "__dict__", attributes)
-    return replica
-
-
-def _attach(replica: nn.Module, key: str, value: nn.Module | torch.Tensor) -> None:
-    """``setattr(replica, key, value)`` for a child's replica or a parameter's copy, stored directly on a plain module.
-
-    What ``nn.Module.__setattr__`` would do there: a child module goes into ``replica._modules`` (after any
-    hooks registered with ``nn.modules.module.register_module_module_registration_hook``, so with such hooks
-    the real ``setattr`` runs), and a plain tensor becomes an ordinary attribute, since ``replica._parameters``
-    is empty. A ``Parameter`` (replica 0 under ``detach=True``) is registered by ``setattr``.
-    """
-    if _plain(type(replica)):
-        if isinstance(value, nn.Module) and not getattr(module_registry, "_global_module_registration_hooks", None):
-            replica._modules[key] = value
-            return
-        if type(value) is torch.Tensor:
-            object.__setattr__(replica, key, value)
-            return
-    setattr(replica, key, value)
 
 
 def _check_replicable(module: nn.Module, modules: list[nn.Module], params: list[torch.Tensor]) -> None:
@@ -162,7 +118,7 @@ def replicate(module: nn.Module, devices: Sequence[DeviceLike], detach: bool = F
     param_index = {id(p): i for i, p in enumerate(params)}
     buffer_index = {id(b): i for i, b in enumerate(differentiable + plain)}
     module_index = {id(m): i for i, m in enumerate(modules)}
-    replicas = [[_shallow_copy(m) for m in modules] for _ in devices]
+    replicas = [[m._replicate_for_data_parallel() for m in modules] for _ in devices]
 
     for j, device_replicas in enumerate(replicas):
         for original, replica in zip(modules, device_replicas, strict=True):
@@ -170,12 +126,13 @@ def replicate(module: nn.Module, devices: Sequence[DeviceLike], detach: bool = F
                 if child is None:
                     replica._modules[key] = None
                 else:
-                    _attach(replica, key, device_replicas[module_index[id(child)]])
+                    setattr(replica, key, device_replicas[module_index[id(child)]])
             for key, param in original._parameters.items():
                 if param is None:
                     replica._parameters[key] = None
                 else:
-                    _attach(replica, key, param_copies[j][param_index[id(param)]])
+                    # A copy is no leaf (it has a grad_fn), so setattr stores it as a plain attribute.
+                    setattr(replica, key, param_copies[j][param_index[id(param)]])
             for key, buffer in original._buffers.items():
                 if buffer is None:
                     replica._buffers[key] = None

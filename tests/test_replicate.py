@@ -7,7 +7,7 @@ from torch import nn
 import dpcourse
 from dpcourse import examples
 from dpcourse.comm import BUCKET_BYTES, buckets
-from dpcourse.replicate import _shallow_copy, tensor_at
+from dpcourse.replicate import tensor_at
 
 
 class Counting(nn.Module):
@@ -150,15 +150,6 @@ def test_a_compiled_module_is_refused_before_anything_is_touched(where):
     with pytest.raises(RuntimeError, match=f"cannot copy {expected}: it is a torch.compile'd module"):
         dpcourse.DataParallel(wrapped, devices=dpcourse.devices(2))(torch.randn(4, 2))
     assert {name: p for name, p in model.named_parameters()} == before
-
-
-@pytest.mark.parametrize("module", [nn.Linear(3, 2), nn.BatchNorm1d(3), nn.Sequential(nn.Linear(2, 2), nn.ReLU()),
-                                    examples.CountingNet()], ids=lambda m: type(m).__name__)
-def test_a_plain_modules_shallow_copy_has_the_attributes_torchs_method_gives(module):
-    ours, torchs = _shallow_copy(module), module._replicate_for_data_parallel()
-    assert type(ours) is type(torchs) and vars(ours) == vars(torchs)
-    shared = [k for k in vars(module) if k not in ("_parameters", "_buffers", "_modules")]
-    assert all(vars(ours)[k] is vars(module)[k] for k in shared)  # plain attributes: the same objects
 
 
 def test_module_registration_hooks_see_every_childs_replica_as_under_setattr():

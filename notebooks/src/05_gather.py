@@ -23,8 +23,8 @@ from dpcourse import examples, exercises, quiz, viz
 
 torch.manual_seed(0)
 devices = dpcourse.devices(4)
-model = examples.make_model()
-x, y = examples.make_batch(10)
+model = examples.make_model().to(devices[0])  # the model goes to devices[0] before it is wrapped
+x, y = examples.make_batch(10, device=devices[0])
 dp = dpcourse.DataParallel(model, devices=devices)
 
 # %% [markdown]
@@ -73,9 +73,9 @@ class WithSummary(nn.Module):
         return self.linear(x), x.sum(0)  # the second output has no batch dimension
 
 
-inputs = torch.randn(8, 10)
+inputs = torch.randn(8, 10).to(devices[0])
 for n in (1, 2, 4):
-    out, summary = dpcourse.DataParallel(WithSummary(), devices=dpcourse.devices(n))(inputs)
+    out, summary = dpcourse.DataParallel(WithSummary().to(devices[0]), devices=dpcourse.devices(n))(inputs)
     print(f"{n} device(s): output {list(out.shape)}, summary {list(summary.shape)}")
 print("adding the pieces gives the whole batch's summary:", torch.allclose(summary.view(4, 10).sum(0), inputs.sum(0)))
 
@@ -127,7 +127,7 @@ class Structured(nn.Module):
         return {"hidden": Hidden(features, self.linear(features)), "extras": (x.norm(dim=1), None)}
 
 
-out = dpcourse.DataParallel(Structured(), devices=devices)(x)
+out = dpcourse.DataParallel(Structured().to(devices[0]), devices=devices)(x)
 print(type(out).__name__, "with keys", list(out))
 print("hidden:", type(out["hidden"]).__name__, {name: list(t.shape) for name, t in out["hidden"]._asdict().items()})
 print("extras:", type(out["extras"]).__name__, [list(out["extras"][0].shape), out["extras"][1]])
@@ -160,8 +160,8 @@ class WithLoss(nn.Module):
         return examples.loss_fn(self.model(x), y)
 
 
-with_loss = WithLoss()
-x6, y6 = examples.make_batch(6)
+with_loss = WithLoss().to(devices[0])
+x6, y6 = examples.make_batch(6, device=devices[0])
 with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
     losses = dpcourse.DataParallel(with_loss, devices=devices)(x6, y6)
@@ -188,7 +188,7 @@ viz.gather_view([1, 1, 1], scalars=True)
 
 # %%
 dp_with_loss = dpcourse.DataParallel(with_loss, devices=devices)
-x8, y8 = examples.make_batch(8)
+x8, y8 = examples.make_batch(8, device=devices[0])
 try:
     dp_with_loss(x8, y8).backward()
 except RuntimeError as error:
@@ -325,7 +325,7 @@ class PerSampleLoss(WithLoss):
 
 
 # %%
-per_sample = PerSampleLoss()
+per_sample = PerSampleLoss().to(devices[0])
 dp_loss = dpcourse.DataParallel(per_sample, devices=dpcourse.devices(4))(x, y).mean()  # chunks 3, 3, 3, 1
 one_device = examples.loss_fn(per_sample.model(x), y)
 assert torch.allclose(dp_loss, one_device)

@@ -22,8 +22,8 @@ import dpcourse
 from dpcourse import examples, exercises, quiz, viz
 
 devices = dpcourse.devices(3)
-model = examples.make_model()
-x, y = examples.make_batch(10)
+model = examples.make_model().to(devices[0])
+x, y = examples.make_batch(10, device=devices[0])
 dp = dpcourse.DataParallel(model, devices=devices)
 
 # %% [markdown]
@@ -58,9 +58,10 @@ print("this notebook's code runs in", threading.current_thread().name)
 # One lane per thread; the hatched bars are the replicas' forwards:
 
 # %% tags=["reveals-answer"]
-wide = examples.mlp((512, 512, 512))
+wide = examples.mlp((512, 512, 512)).to(devices[0])
+rows = torch.randn(1536, 512, generator=torch.Generator().manual_seed(0)).to(devices[0])
 with dpcourse.trace() as t:
-    dpcourse.DataParallel(wide, devices=devices)(torch.randn(1536, 512, generator=torch.Generator().manual_seed(0)))
+    dpcourse.DataParallel(wide, devices=devices)(rows)
 forwards = sorted(t.steps("forward"), key=lambda span: span.start)
 print("the forwards ran in", [span.thread for span in forwards])
 print("two or more of them were running at the same moment:",
@@ -148,8 +149,8 @@ print("(the model's parameters are", parameter_bytes, "bytes)")
 # %% [markdown]
 # Replicate copies the parameters for replicas 1 and 2 (replica 0 uses the originals), gather copies the
 # outputs into one new tensor, and reduce-add brings the gradients of replicas 1 and 2 back. Scatter copies
-# nothing here because CPU chunks stay views of `x`; on GPUs, chunks 1 and 2 would be copied to their GPU
-# (lesson 02). CPU devices cannot show the error you get on GPUs when a tensor inside `forward` sits on the
+# nothing here because CPU chunks stay views of `x`, as they do when the replicas share one GPU; on separate
+# GPUs, chunks 1 and 2 would be copied to their GPU (lesson 02). CPU devices cannot show the error you get on GPUs when a tensor inside `forward` sits on the
 # wrong device: all CPU memory is one device.
 
 # %% [markdown]
@@ -168,7 +169,9 @@ print("a thread started there:            grad enabled =", seen["grad_enabled"])
 
 # %% [markdown]
 # So parallel_apply reads the caller's grad mode and autocast state and switches them on again inside each
-# replica's thread. A probe module records what each replica sees:
+# replica's thread. A probe module records what each replica sees. Autocast is switched on per device type,
+# the type of `devices[0]`, and we ask for the dtype that is *not* that type's default (float16 on the CPU,
+# bfloat16 on CUDA), so that a lost dtype shows:
 
 # %%
 class Probe(nn.Module):
@@ -185,33 +188,35 @@ class Probe(nn.Module):
         return out
 
 
-probe = Probe()
+probe = Probe().to(devices[0])
 probe_dp = dpcourse.DataParallel(probe, devices=devices)
 with torch.no_grad():
     probe_dp(x)
 print("under no_grad:                     ", sorted(probe.seen))
 probe.seen.clear()
-with torch.autocast("cpu", dtype=torch.float16):
+device_type = devices[0].type
+asked = torch.float16 if torch.get_autocast_dtype(device_type) == torch.bfloat16 else torch.bfloat16
+with torch.autocast(device_type, dtype=asked):
     probe_dp(x)
-print("under autocast(dtype=torch.float16):", sorted(probe.seen))
+print(f"under autocast(dtype={asked}):", sorted(probe.seen))
 
 # %% [markdown]
-# Every replica computed in float16, as the caller asked. torch forwards less: its worker enters
+# Every replica computed in the dtype the caller asked for. torch forwards less: its worker enters
 # `torch.amp.autocast(device_type, enabled=autocast_enabled)`, the **flag only**
 # (`torch/nn/parallel/parallel_apply.py`, `_worker`). The dtype then falls back to the thread's default,
 # bfloat16 on the CPU and float16 on CUDA. Here is what a fresh thread does when it is given only the flag:
 
 # %%
 def with_the_flag_only():
-    with torch.autocast("cpu", enabled=True):  # what torch's worker does: the flag, not the dtype
+    with torch.autocast(device_type, enabled=True):  # what torch's worker does: the flag, not the dtype
         seen["dtype"] = probe.linear(x).dtype
 
 
-with torch.autocast("cpu", dtype=torch.float16):
+with torch.autocast(device_type, dtype=asked):
     worker = threading.Thread(target=with_the_flag_only)
     worker.start()
     worker.join()
-print("asked for float16; a thread given only the flag computed in", seen["dtype"])
+print(f"asked for {asked}; a thread given only the flag computed in {seen['dtype']}")
 
 # %% [markdown]
 # On GPUs the same gap turns `autocast(dtype=torch.bfloat16)` into float16 inside torch's replicas, but only
@@ -240,7 +245,7 @@ class Picky(nn.Module):
         return x
 
 
-values = torch.ones(6, 1)
+values = torch.ones(6, 1, device=devices[0])
 values[2] = values[5] = -1.0  # 6 rows on 3 devices
 try:
     dpcourse.DataParallel(Picky(), devices=devices)(values)
@@ -271,8 +276,9 @@ class ScaleBySize(nn.Module):
         return x * self.scales[len(x)]
 
 
+ten_rows = torch.ones(10, 1, device=devices[0])  # on 4 devices: chunks of 3, 3, 3, 1
 try:
-    dpcourse.DataParallel(ScaleBySize(), devices=dpcourse.devices(4))(torch.ones(10, 1))  # chunks 3, 3, 3, 1
+    dpcourse.DataParallel(ScaleBySize(), devices=dpcourse.devices(4))(ten_rows)
 except KeyError as error:
     show(error)
 
@@ -293,9 +299,10 @@ class FindsItsDevice(nn.Module):
         return self.linear(x.to(device))
 
 
-print("alone, it works:", list(FindsItsDevice()(x).shape))
+finds = FindsItsDevice().to(devices[0])
+print("alone, it works:", list(finds(x).shape))
 try:
-    dpcourse.DataParallel(FindsItsDevice(), devices=dpcourse.devices(2))(x)
+    dpcourse.DataParallel(finds, devices=devices[:2])(x)
 except StopIteration as error:
     show(error, last=3)
 
@@ -398,8 +405,8 @@ class UsesItsWeightsDevice(FindsItsDevice):
 
 
 # %%
-fixed = UsesItsWeightsDevice()
-assert torch.equal(dpcourse.DataParallel(fixed, devices=dpcourse.devices(2))(x), fixed(x))
+fixed = UsesItsWeightsDevice().to(devices[0])
+assert torch.equal(dpcourse.DataParallel(fixed, devices=devices[:2])(x), fixed(x))
 print("exercise 1: the same output with and without DataParallel")
 
 # %% tags=["solution"]
@@ -410,7 +417,7 @@ def reported_replica(batch, n, bad_rows):
 
 # %%
 for batch, n, bad_rows in [(10, 4, [9]), (10, 4, [8, 5]), (6, 4, [5]), (7, 3, [6, 3])]:
-    values = torch.ones(batch, 1)
+    values = torch.ones(batch, 1, device=devices[0])
     values[bad_rows] = -1.0
     actual = None
     try:

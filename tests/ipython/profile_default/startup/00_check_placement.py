@@ -34,16 +34,16 @@ def is_placed(value) -> bool:
     return isinstance(value, torch.Tensor) and getattr(value, PLACED, False)
 
 
-def mark(value):
-    """Mark every tensor in ``value`` (nested lists, tuples, dicts) as placed; return ``value``."""
+def mark(value, placed=True):
+    """Mark every tensor in ``value`` (nested lists, tuples, dicts) as placed (or not); return ``value``."""
     if isinstance(value, torch.Tensor):
-        setattr(value, PLACED, True)
+        setattr(value, PLACED, placed)
     elif isinstance(value, (list, tuple)):
         for item in value:
-            mark(item)
+            mark(item, placed)
     elif isinstance(value, dict):
         for item in value.values():
-            mark(item)
+            mark(item, placed)
     return value
 
 
@@ -186,7 +186,12 @@ def install(patch=setattr) -> StandInGPU:
 
     def marking(original):
         def marked(*args, **kwargs):
-            return mark(original(*args, **kwargs))
+            result = original(*args, **kwargs)
+            if original.__name__ == "gather":  # gather(outputs, "cpu") or output_device="cpu": the real CPU
+                target = kwargs.get("target_device", args[1] if len(args) > 1 else None)
+                if not stands_in_for_a_gpu(target):
+                    return mark(result, placed=False)
+            return mark(result)
         return marked
 
     parameter_new = nn.Parameter.__new__
@@ -201,10 +206,12 @@ def install(patch=setattr) -> StandInGPU:
     patch(data_parallel, "_check_placement", checked_placement)
     for module in (dpcourse, data_parallel, replicate_module, by_hand):
         patch(module, "replicate", checked_replicate)
+    wrappers = {}  # one wrapper per function, so that dpcourse.trace() finds every reference to it
     for module in (dpcourse, scatter_gather, data_parallel, by_hand, apply_module):
         for name in ("scatter", "scatter_kwargs", "gather", "parallel_apply"):  # replicas run in threads, unfollowed
             if hasattr(module, name) and callable(getattr(module, name)):
-                patch(module, name, marking(getattr(module, name)))
+                original = getattr(module, name)
+                patch(module, name, wrappers.setdefault(id(original), marking(original)))
     mode = StandInGPU()
     mode.__enter__()
     return mode

@@ -17,7 +17,7 @@ import dpcourse
 from dpcourse import examples, exercises, quiz, viz
 
 devices = dpcourse.devices(4)
-x, y = examples.make_batch(10)
+x, y = examples.make_batch(10, device=devices[0])  # the batch starts where the model will be: devices[0]
 
 # %% [markdown]
 # ## Splitting a batch: the torch.chunk rule

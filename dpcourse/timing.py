@@ -124,13 +124,14 @@ def timed_step(
     return StepTimes(start, forwarded - start, backwarded - forwarded, end - backwarded)
 
 
-def wall_time(step: Callable[[], object]) -> Sample:
-    """A ``Sample`` that times one call of ``step`` with ``time.perf_counter`` (right for CPU work)."""
+def wall_time(step: Callable[[], object], clock: Clock = time.perf_counter) -> Sample:
+    """A ``Sample`` that times one call of ``step`` with ``clock``: ``time.perf_counter`` is right for CPU work,
+    ``synchronized_clock(devices)`` for work queued on GPUs."""
 
     def sample() -> float:
-        start = time.perf_counter()
+        start = clock()
         step()
-        return time.perf_counter() - start
+        return clock() - start
 
     return sample
 

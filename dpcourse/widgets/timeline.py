@@ -36,8 +36,9 @@ class Timeline(Explorer):
 
     Shows ``viz.timeline`` of the median step and, in ``totals``, each stage's mean time per step (scatter,
     replicate, forward, gather, backward, reduce-add, ...) in ms and % of the step, with a verdict on whether
-    DataParallel's overhead or the model's compute dominates. Nothing runs until ``run_button`` is clicked, and
-    a changed setting clears the result until the next Run, so what is shown always matches the controls.
+    DataParallel's overhead, the model's compute or neither dominates (``timing.verdict``). Nothing runs until
+    ``run_button`` is clicked, and a changed setting clears the result until the next Run, so what is shown
+    always matches the controls.
     Run again with the same model, batch and devices goes on training the same model: no new warm-up step;
     and its figure is drawn into the last one's (``viz.timeline_canvas``), in about half the time. CPU devices
     run with one intra-op thread each, as in lesson 09 (``timing.one_thread_per_operation``).

@@ -33,6 +33,7 @@ MODELS = {
     "many-layers": ModelToTime("100 tiny Linear(8, 8) layers", (8,) * 101, relu=False),
 }
 LEARNING_RATE = 0.01
+DOMINATES = 1.5  # one share must be this many times the other before the verdict calls it dominant
 
 
 def busy_seconds(spans: Sequence[Span]) -> float:
@@ -104,15 +105,24 @@ def stage_totals(measured: Sequence[TimedStep]) -> dict[str, float]:
     return {name: statistics.fmean(s[name] for s in per_step) for name in per_step[0] if any(s[name] for s in per_step)}
 
 
+def verdict(own: float, compute: float) -> str:
+    """Which share outweighs the other, by at least ``DOMINATES`` times; else that they are about even."""
+    if own >= DOMINATES * compute:
+        return "DataParallel's overhead dominates"
+    if compute >= DOMINATES * own:
+        return "the model's compute dominates"
+    return f"neither dominates (within a factor of {DOMINATES:g} of each other)"
+
+
 def describe(totals: dict[str, float], steps: int) -> str:
     """The per-stage table (ms and % of the step) and a verdict: does DataParallel's own work dominate?"""
     step = totals["step"]
     rows = [[name, f"{seconds * 1e3:.2f}", f"{100 * seconds / step:.0f}%"] for name, seconds in totals.items()]
     own = sum(totals.get(s, 0.0) for s in OVERHEAD) / step
     compute = sum(totals.get(s, 0.0) for s in COMPUTE_STEPS) / step
-    verdict = "DataParallel's overhead dominates" if own > compute else "the model's compute dominates"
     return paragraph(
         f"Mean over {steps} traced steps (the model had one untraced warm-up step first). DataParallel's own "
         f"work (scatter, replicate, thread hand-offs, gather, reduce-add) takes {100 * own:.0f}% of a step, "
-        f"the replicas' forward and backward {100 * compute:.0f}%: {verdict}. The figure shows the median step."
+        f"the replicas' forward and backward {100 * compute:.0f}%: {verdict(own, compute)}. The figure shows the "
+        f"median step."
     ) + table(["stage", "ms per step", "% of step"], rows)

@@ -15,7 +15,9 @@
 # it. Timings on CPU devices measure CPU work: they cannot show GPU speed or the cost of a PCIe or NVLink
 # transfer. They time `dpcourse`'s code, which starts and joins a thread per replica on every forward as
 # torch's does (lesson 04), and shares the cores among CPU replicas, which torch never has to do: torch's own
-# DataParallel cannot run on CPU devices at all, so nothing here times it.
+# DataParallel cannot run on CPU devices at all, so nothing here times it. On a machine with one GPU,
+# `dpcourse.devices(n)` puts every replica on that GPU and the same cells time it; the stored outputs come
+# from CPU devices.
 #
 # One setting first: this lesson gives torch **one thread per operation**, so that one CPU device is one
 # core, as one GPU is one GPU. By default a single matrix product already spreads over every core, and
@@ -32,7 +34,7 @@ from torch import nn
 
 import dpcourse
 from dpcourse import exercises, quiz, viz, widgets
-from dpcourse.timing import interleaved, wall_time
+from dpcourse.timing import interleaved, synchronized_clock, wall_time
 from dpcourse.trace import STEPS
 from dpcourse.widgets.timing import busy_seconds
 
@@ -45,7 +47,9 @@ def mlp():
 
 
 torch.set_num_threads(1)  # one thread per operation, in the replicas' threads too
-x = torch.randn(256, 256, generator=torch.Generator().manual_seed(0))
+devices = dpcourse.devices(4)  # devices[0], the same for any n, is where every model and batch below starts
+clock = synchronized_clock(devices)  # on a GPU, waits for its queued work before reading the time
+x = torch.randn(256, 256, generator=torch.Generator().manual_seed(0)).to(devices[0])
 
 # %% [markdown]
 # ## Where the time goes
@@ -54,7 +58,7 @@ x = torch.randn(256, 256, generator=torch.Generator().manual_seed(0))
 # untraced step pays once for starting threads and allocating memory.
 
 # %%
-model = mlp()
+model = mlp().to(devices[0])
 dp = dpcourse.DataParallel(model, devices=dpcourse.devices(3))
 dp(x).pow(2).mean().backward()  # warm-up
 traces = []
@@ -79,8 +83,8 @@ viz.timeline(t)
 # up taking turns.
 #
 # Backward is run by torch's autograd engine, which picks the thread by device. CPU work runs on the
-# thread that called `backward()`: here gather's backward, every replica's backward and reduce-add all
-# run on the main thread, one after another: the stacked backward bars in the MainThread lane. On GPUs
+# thread that called `backward()`: on CPU devices gather's backward, every replica's backward and reduce-add
+# all run on the main thread, one after another: the stacked backward bars in the MainThread lane. On GPUs
 # the engine gives each GPU a worker thread of its own and runs every step on the thread of the device
 # its incoming gradients are on (`torch/csrc/autograd/engine.cpp`, the note on `worker_device`, and
 # `Node::device` in `torch/csrc/autograd/function.h`). So there the replicas' backward passes run side by
@@ -91,8 +95,8 @@ viz.timeline(t)
 # The bytes column is the data one step moves: replicate's copies of the parameters (how many, the next
 # section asks), gather's copy of every output into one tensor, and reduce-add's sum of the replicas'
 # gradients. There is one process and no "worker process": every copy is made by threads of this one.
-# Scatter and gather's backward moved 0 bytes only because CPU chunks stay on the one CPU as views; on GPUs
-# they copy each chunk to its device and back.
+# Scatter and gather's backward moved 0 bytes only because every chunk stays on the one device as a view
+# (CPU devices, or replicas sharing one GPU); on separate GPUs they copy each chunk to its device and back.
 #
 # How long each stage took, as the median over the 3 traced steps (your numbers will differ):
 
@@ -112,8 +116,9 @@ print(f"the replicas' own forward and backward: {compute_ms / step_ms:.0%} of th
 # %% [markdown]
 # How the step divides between the replicas' own work and DataParallel's depends on the machine, its load
 # and the tracing itself; the last line says what it was on yours. What holds everywhere is the direction:
-# the more arithmetic per step, the larger the replicas' share. Try other models: press **Run** in the explorer below. "many-layers"
-# is 100 tiny `Linear(8, 8)` layers, where DataParallel's own stages take over.
+# the more arithmetic per step, the larger the replicas' share. Try other models: press **Run** in the explorer
+# below. "many-layers" is 100 tiny `Linear(8, 8)` layers, little arithmetic for much Python; the sentence above
+# its table says, from your run, whether DataParallel's own work or the model's compute dominates, or neither.
 
 # %%
 widgets.Timeline(model="many-layers", batch=64, devices=2)
@@ -196,8 +201,8 @@ for n, span in zip((2, 2, 3, 3, 4, 4), t.steps("replicate")):
 quiz.ask("09-modules-per-forward")
 
 # %% tags=["reveals-answer"]
-deep = nn.Sequential(*(nn.Linear(8, 8) for _ in range(50)))
-replicas = dpcourse.replicate(deep, dpcourse.devices(4))
+deep = nn.Sequential(*(nn.Linear(8, 8) for _ in range(50))).to(devices[0])
+replicas = dpcourse.replicate(deep, devices)
 built = sum(len(list(r.modules())) for r in replicas)
 print(f"{len(list(deep.modules()))} modules on 4 devices: {built} new module objects, for "
       f"{sum(p.nbytes for p in deep.parameters()):,} bytes of parameters")
@@ -232,28 +237,30 @@ print("none of them is one of the original modules:",
 def dp_over_one_device(model, batch, n=2, rounds=7):
     """Median over rounds of (DataParallel step / one-device step), the two timed in turns every round."""
     steps = {"one device": model, "DataParallel": dpcourse.DataParallel(model, devices=dpcourse.devices(n))}
-    timed = interleaved({name: wall_time(lambda run=run: run(batch).pow(2).mean().backward())
+    timed = interleaved({name: wall_time(lambda run=run: run(batch).pow(2).mean().backward(), clock)
                          for name, run in steps.items()}, rounds=rounds, warmup=1)
     return timed.ratio("DataParallel", "one device")["median"]
 
 
-tiny = nn.Sequential(*(nn.Linear(8, 8) for _ in range(100)))
-slowdown = {"100 tiny layers, batch 64": dp_over_one_device(tiny, torch.randn(64, 8)),
-            "the MLP, batch 256": dp_over_one_device(mlp(), x)}
+tiny = nn.Sequential(*(nn.Linear(8, 8) for _ in range(100))).to(devices[0])
+slowdown = {"100 tiny layers, batch 64": dp_over_one_device(tiny, torch.randn(64, 8).to(devices[0])),
+            "the MLP, batch 256": dp_over_one_device(mlp().to(devices[0]), x)}
 for name, ratio in slowdown.items():
     print(f"{name:27s} DataParallel step = {ratio:.1f} x one device")
 print("DataParallel slowed the tiny layers down more than the MLP:",
       slowdown["100 tiny layers, batch 64"] > slowdown["the MLP, batch 256"])
 
 # %% [markdown]
-# What to expect, on any machine: the tiny-layer model should lose more. Each replica runs the same 100
+# What to expect on CPU devices: the tiny-layer model should lose more. Each replica runs the same 100
 # Python-level layer calls as one device would, only on half the rows, and the two threads must take turns
 # holding the GIL; then replicate builds 202 module objects and backward walks both replicas' graphs. The
 # MLP's forward is matrix products, which release the GIL, so two replicas can compute at once when two
 # cores are free. Its backward, though, three matrix products to the forward's two, runs replica after
 # replica on the main thread on CPU devices (first section), and the copies and thread hand-offs come on
 # top, so whether it gains anything depends on your cores and their load: its line above (below 1 means
-# faster than one device) says what yours showed.
+# faster than one device) says what yours showed. On a GPU the expectation can flip: the MLP's step is a few
+# kernels that the GPU finishes quickly, so DataParallel's fixed costs weigh heavily against it (the recording
+# above: 4.0 times the model alone on 2 replicas). The cell's last line says which lost more on your machine.
 #
 # The DDP tutorial names three reasons why DataParallel is "usually slower than
 # DistributedDataParallel even on a single machine": GIL contention across threads, the model replicated
@@ -270,7 +277,7 @@ print("DataParallel slowed the tiny layers down more than the MLP:",
 # and what lives only on `devices[0]`.
 
 # %%
-model = mlp()
+model = mlp().to(devices[0])
 activations = collections.defaultdict(int)  # bytes of layer outputs, per replica thread
 
 
@@ -309,7 +316,8 @@ print(f"one device, whole batch: {single // 1024:,} KiB")
 # slower or smaller than the rest, it sets the pace: torch warns when a GPU has under 75% of another's
 # memory or cores (`torch/nn/parallel/data_parallel.py: _check_balance`).
 #
-# CPU devices share one memory, so this table is bookkeeping; on GPUs it is the "GPU 0 runs out of memory
+# CPU devices (or replicas sharing one GPU) share one memory, so this table is bookkeeping; on separate GPUs
+# it is the "GPU 0 runs out of memory
 # first" that users keep reporting (huggingface/transformers#279, facebookresearch/DPR#104,
 # facebookresearch/mmf#190, princeton-vl/RAFT#33). Two fixes: use DistributedDataParallel (lesson 10), or
 # compute the loss inside `forward`, so that only one number per sample is gathered. Return **per-sample**
@@ -327,14 +335,14 @@ class WithLoss(nn.Module):
         return (self.net(x) - target).pow(2).mean(dim=1)
 
 
-target = torch.zeros(256, 256)
+target = torch.zeros(256, 256, device=devices[0])
 with dpcourse.trace() as t:
-    dpcourse.DataParallel(mlp(), devices=dpcourse.devices(4))(x)
-    per_sample = dpcourse.DataParallel(WithLoss(mlp()), devices=dpcourse.devices(4))(x, target)
+    dpcourse.DataParallel(mlp().to(devices[0]), devices=devices)(x)
+    per_sample = dpcourse.DataParallel(WithLoss(mlp()).to(devices[0]), devices=devices)(x, target)
 outputs_bytes, losses_bytes = (span.bytes_copied for span in t.steps("gather"))
 print(f"gathered onto devices[0]: outputs {outputs_bytes:,} bytes, per-sample losses {losses_bytes:,} bytes")
 print("the mean of the per-sample losses is the usual loss:",
-      torch.allclose(per_sample.mean(), (mlp()(x) - target).pow(2).mean()))
+      torch.allclose(per_sample.mean(), (mlp().to(devices[0])(x) - target).pow(2).mean()))
 
 # %% [markdown]
 # ## Small batch, big model
@@ -378,15 +386,16 @@ for batch in (16, 256):
 # seed's claim is plausible for this regime; its measurement is not evidence, though: it times with
 # `time.time()` and no `torch.cuda.synchronize()`, so the clock stops while the GPU may still be running
 # the backward and the update (CUDA runs asynchronously: PyTorch docs, `notes/cuda.rst`, "Asynchronous
-# execution"), and its first step includes the warm-up. `viz.measure_scaling` below synchronizes and
-# skips a warm-up step. So DataParallel can be slower than one device, not merely "not linear".
+# execution"), and its first step includes the warm-up. The timed cells below read a clock that waits for
+# the GPU (`timing.synchronized_clock`) and drop a warm-up round. So DataParallel can be slower than one
+# device, not merely "not linear".
 #
-# The same shift on CPU devices: the MLP at batch 8. The bytes copied barely change, the compute shrinks
+# The same shift, measured here: the MLP at batch 8. The bytes copied barely change, the compute shrinks
 # to almost nothing, and replicate and reduce-add keep their size. Compare with the batch-256 timeline at
 # the top:
 
 # %%
-dp = dpcourse.DataParallel(mlp(), devices=dpcourse.devices(3))
+dp = dpcourse.DataParallel(mlp().to(devices[0]), devices=dpcourse.devices(3))
 dp(x[:8]).pow(2).mean().backward()  # warm-up
 with dpcourse.trace() as t:
     dp(x[:8]).pow(2).mean().backward()
@@ -402,13 +411,14 @@ viz.timeline(t)
 # step cannot shrink to 1/n of one device's, and the copies, thread hand-offs and turn-taking come on top.
 # Expect a speed-up well below n, if any.
 #
-# Step time and speed-up of the MLP, batch 256, on 1 to 4 CPU devices, timed in turns over 9 rounds after
-# one warm-up round; the figure draws the medians:
+# Step time and speed-up of the MLP, batch 256, on 1 to 4 devices, timed in turns over 9 rounds after one
+# warm-up round; the figure draws the medians. On a machine with one GPU the replicas share it, and the
+# recording above already showed such steps slower than the model alone:
 
 # %% tags=["nbval-ignore-output"]
 counts = [1, 2, 3, 4]
-scaled = {n: dpcourse.DataParallel(mlp(), devices=dpcourse.devices(n)) for n in counts}
-scaling_steps = {str(n): wall_time(lambda dp=dp: dp(x).pow(2).mean().backward()) for n, dp in scaled.items()}
+scaled = {n: dpcourse.DataParallel(mlp().to(devices[0]), devices=dpcourse.devices(n)) for n in counts}
+scaling_steps = {str(n): wall_time(lambda dp=dp: dp(x).pow(2).mean().backward(), clock) for n, dp in scaled.items()}
 rounds = interleaved(scaling_steps, rounds=9, warmup=1)
 speedup = {n: 1 / rounds.ratio(str(n), "1")["median"] for n in counts}
 print(f"cores this process may use: {len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else os.cpu_count()}")
@@ -419,7 +429,7 @@ print(f"on this machine: {'every device count was slower than one device' if spe
 viz.scaling({n: rounds.samples[str(n)] for n in counts})
 
 # %% [markdown]
-# On GPUs each replica has a device and a backward thread of its own, so the replicas' compute shrinks
+# On separate GPUs each replica has a device and a backward thread of its own, so the replicas' compute shrinks
 # with n. DataParallel's own work does not. Replicate builds modules × devices Python objects, so its
 # Python part grows with n. The bytes it copies grow as `(n - 1) ×` the parameters, and reduce-add sums as
 # many back, but when every device is a separate GPU torch uses
@@ -485,7 +495,7 @@ exercises.check("bytes_per_step", bytes_per_step)
 
 # %% tags=["solution"]
 def reduce_bytes(n):
-    dp = dpcourse.DataParallel(mlp(), devices=dpcourse.devices(n))
+    dp = dpcourse.DataParallel(mlp().to(devices[0]), devices=dpcourse.devices(n))
     with dpcourse.trace() as t:
         dp(x[:8]).pow(2).mean().backward()
     return t.steps("reduce-add")[0].bytes_copied
@@ -498,7 +508,7 @@ print("exercise 1: reduce-add sums", f"{reduce_bytes(4):,}", "bytes = 3 replicas
 # %% tags=["solution"]
 def gathered_bytes(model_fn, n, *inputs):
     with dpcourse.trace() as t:
-        dpcourse.DataParallel(model_fn(), devices=dpcourse.devices(n))(*inputs)
+        dpcourse.DataParallel(model_fn().to(devices[0]), devices=dpcourse.devices(n))(*inputs)
     return t.steps("gather")[0].bytes_copied
 
 

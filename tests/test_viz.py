@@ -93,8 +93,9 @@ class Tagged(nn.Module):
         self.tag = ["a plain attribute"]
 
 
-def test_replicate_map_marks_replica_0_shared_and_replica_1_copied():
-    fig = replicate_map(Tagged(), dpcourse.devices(2))
+def test_replicate_map_marks_replica_0_shared_and_replica_1_copied(stand_in_gpu):
+    devices = dpcourse.devices(2)
+    fig = replicate_map(Tagged().to(devices[0]), devices)
     relations = fig.dpcourse_data["relations"]
     for name in ("fc.weight", "fc.bias", "bn.weight", "bn.running_mean", "bn.num_batches_tracked"):
         assert relations[name] == [SHARED, COPY], name
@@ -224,7 +225,7 @@ QUICK = {**FIGURES, "scaling": lambda: example_scaling(device_counts=(1, 2), ste
 
 
 @pytest.mark.parametrize("name", list(QUICK))
-def test_every_gallery_figure_renders_with_agg(name):
+def test_every_gallery_figure_renders_with_agg(name, stand_in_gpu):  # and runs as on a GPU machine
     open_before = plt.get_fignums()
     fig = QUICK[name]()
     assert isinstance(fig, Figure) and plt.get_fignums() == open_before  # nothing leaked into pyplot
@@ -277,7 +278,8 @@ def test_every_gradient_sum_bar_ends_inside_the_frame():
 
 
 def test_replicate_map_leaves_out_the_settings_of_torchs_own_layers():
-    relations = replicate_map(Tagged(), dpcourse.devices(2)).dpcourse_data["relations"]
+    devices = dpcourse.devices(2)
+    relations = replicate_map(Tagged().to(devices[0]), devices).dpcourse_data["relations"]
     assert "tag" in relations and not {"fc.in_features", "bn.eps", "bn.momentum"} & set(relations)
 
 

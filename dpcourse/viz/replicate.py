@@ -69,7 +69,8 @@ def _describe(value: Any) -> str:
 def replicate_map(module: nn.Module, devices: Sequence[DeviceLike]) -> Figure:
     """Draw, for every parameter, buffer and plain attribute of ``module``, how each replica holds it.
 
-    Runs the real ``dpcourse.replicate(module, devices)`` and looks at the replicas:
+    Runs the real ``dpcourse.replicate(module, devices)``, so ``module`` must be on ``devices[0]`` as for
+    DataParallel, and looks at the replicas:
 
     * a parameter copy is a plain attribute of the replica's submodule (``replica.parameters()`` is
       empty), found with ``getattr``; it is **shared storage** if it uses the original's memory

@@ -6,8 +6,10 @@
 
 What it does, and why:
 
-* **Copies** the student edition, ``notebooks/student/*.ipynb``, into ``my-course/`` at the repository root,
-  which git ignores. You work in the copies, so opening or running a lesson never changes the repository, and
+* **Copies** the student edition, ``notebooks/student/*.ipynb`` (the lessons of ``dpcourse.course``), into
+  ``my-course/`` at the repository root, which git ignores. Installed without a clone (``pip install .``), it
+  copies them from ``<prefix>/share/dpcourse/lessons`` into ``my-course/`` in the current folder.
+  You work in the copies, so opening or running a lesson never changes the repository, and
   the file browser shows the lessons and nothing else. A copy you already have is never overwritten; a
   lesson added to the course later is copied next to yours. For a fresh copy of a lesson, rename or delete
   yours and run this again.
@@ -36,9 +38,14 @@ from ipykernel.ipkernel import IPythonKernel
 from jupyter_client.kernelspec import KernelSpecManager
 from nbformat.sign import NotebookNotary
 
+from . import course
+
 REPOSITORY = Path(__file__).resolve().parent.parent
-LESSONS = REPOSITORY / "notebooks" / "student"
-COURSE_FOLDER = REPOSITORY / "my-course"
+IN_A_CLONE = (REPOSITORY / "notebooks" / "student").is_dir()
+# In a clone, the student edition itself; in an installed copy (pip install ., Colab), the copy of it that
+# pyproject.toml's data-files put under the environment's prefix.
+LESSONS = REPOSITORY / "notebooks" / "student" if IN_A_CLONE else Path(sys.prefix) / "share" / "dpcourse" / "lessons"
+COURSE_FOLDER = (REPOSITORY if IN_A_CLONE else Path.cwd()) / "my-course"
 LAB_CONFIG = Path(__file__).resolve().parent / "jupyter_config"  # a Jupyter config directory: labconfig/...
 KERNEL = "python3"
 
@@ -68,13 +75,15 @@ def prepare(folder: Path = COURSE_FOLDER, lessons: Path = LESSONS) -> Copies:
     """Copy each lesson in ``lessons`` that ``folder`` lacks into ``folder``, stamped and trusted.
 
     A notebook already in ``folder`` is the learner's: it is neither overwritten nor re-trusted.
-    Raises ``FileNotFoundError`` when ``lessons`` holds no notebooks (dpcourse installed without the repository).
+    The lessons are those of ``dpcourse.course``, in its order. Raises ``FileNotFoundError`` when ``lessons``
+    holds none of them.
     """
-    sources = sorted(lessons.glob("*.ipynb"))
+    sources = [lessons / f"{lesson.name}.ipynb" for lesson in course.LESSONS]
+    sources = [source for source in sources if source.is_file()]
     if not sources:
         raise FileNotFoundError(
-            f"No lessons in {lessons}: dpcourse.open copies them from the course repository's notebooks/student/. "
-            f"Run it from a clone of the repository, installed with `pip install -e .`."
+            f"No lessons in {lessons}: dpcourse.open copies the student edition from a clone's notebooks/student/, "
+            f"or from <prefix>/share/dpcourse/lessons, where `pip install .` puts it. In a clone: `pip install -e .`."
         )
     folder.mkdir(parents=True, exist_ok=True)
     metadata, notary = kernel_metadata(), NotebookNotary()

@@ -1,9 +1,12 @@
 """Build the lesson notebooks from their sources in notebooks/src/, executed, with widget state saved.
 
-    python notebooks/build.py                       # every lesson
-    python notebooks/build.py 02_scatter            # one lesson (name without .py)
-    python notebooks/build.py --edition student     # the student edition, in notebooks/student/
-    python notebooks/build.py --to-source 02_scatter   # bring edits made in JupyterLab back to the source
+    python notebooks/build.py                       # every lesson, both editions
+    python notebooks/build.py 02                    # one lesson, both editions (02 or 02_scatter)
+    python notebooks/build.py --check 02            # nbval on both editions, and every test lesson 02 owns
+    python notebooks/build.py --edition student 02  # one edition only (notebooks/student/)
+    python notebooks/build.py --to-source 02        # bring edits made in JupyterLab back to the source
+
+The lessons are those of the course's index, ``dpcourse.course``.
 
 Each source is a Python file in jupytext's "percent" format (what jupytext, VS Code and PyCharm read):
 
@@ -38,12 +41,15 @@ import json
 import os
 import re
 import runpy
+import subprocess
+import sys
 from pathlib import Path
 
 import jupytext
 import nbformat
 from nbclient import NotebookClient
 
+from dpcourse import course
 from dpcourse.open import kernel_metadata
 
 HERE = Path(__file__).parent
@@ -143,14 +149,29 @@ def to_source(name: str) -> Path:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("names", nargs="*", help="lessons, e.g. 02_scatter (default: all)")
-    parser.add_argument("--edition", choices=list(EDITIONS), default="instructor", help="which edition to build")
+    parser.add_argument("names", nargs="*", help="lessons, by name or number: 02_scatter or 02 (default: all)")
+    parser.add_argument("--edition", choices=[*EDITIONS, "both"], default="both", help="which edition to build")
     parser.add_argument("--to-source", action="store_true", help="notebook -> source instead of source -> notebook")
+    parser.add_argument("--check", action="store_true",
+                        help="build nothing: run nbval on both editions and every test the lessons own (pytest -m)")
     args = parser.parse_args()
-    names = args.names or sorted(p.stem for p in SOURCES.glob("*.py"))
-    for name in names:
-        written = to_source(name) if args.to_source else build(name, args.edition)
-        print(f"wrote {written.relative_to(HERE.parent)}")
+    lessons = [course.lesson(name) for name in args.names] if args.names else list(course.LESSONS)
+    if args.check:
+        sys.exit(check(lessons))
+    editions = list(EDITIONS) if args.edition == "both" else [args.edition]
+    for lesson in lessons:
+        written = [to_source(lesson.name)] if args.to_source else [build(lesson.name, e) for e in editions]
+        for path in written:
+            print(f"wrote {path.relative_to(HERE.parent)}")
+
+
+def check(lessons: list[course.Lesson]) -> int:
+    """pytest on the lessons' notebooks (both editions, nbval) and on every test marked with their markers."""
+    notebooks = [str(folder / f"{lesson.name}.ipynb") for lesson in lessons for folder in EDITIONS.values()]
+    markers = " or ".join(lesson.marker for lesson in lessons)
+    command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-m", markers, *notebooks, "tests"]
+    print(" ".join(command[1:]), flush=True)
+    return subprocess.run(command, cwd=HERE.parent).returncode
 
 
 if __name__ == "__main__":

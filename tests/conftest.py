@@ -1,6 +1,6 @@
-"""Test setup shared by every test: a headless matplotlib backend and the `cuda` marker's skip.
+"""Test setup shared by every test: a headless matplotlib backend, the `cuda` marker's skip, the lesson markers.
 
-The markers themselves are registered in pyproject.toml.
+The `cuda`, `browser` and `slow` markers are registered in pyproject.toml, the `lessonNN` ones from dpcourse.course.
 """
 
 import runpy
@@ -8,6 +8,8 @@ from pathlib import Path
 
 import matplotlib
 import pytest
+
+from dpcourse import course
 
 # Before any test imports pyplot, so figures render off-screen on CI. Not MPLBACKEND: nbval's kernels
 # inherit the environment, and the notebooks need ipykernel's inline backend to store figure outputs.
@@ -17,7 +19,28 @@ matplotlib.use("Agg")
 runpy.run_path(str(Path(__file__).parent.parent / "notebooks" / "conftest.py"))
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    for lesson in course.LESSONS:  # pytest -m lesson14: everything lesson 14 owns
+        config.addinivalue_line("markers", f"{lesson.marker}: what lesson {lesson.name} owns")
+
+
+def _mark_lessons(items: list[pytest.Item]) -> None:
+    """A lesson owns its notebooks (both editions), the tests of files marked ``pytestmark = pytest.mark.lessonNN``,
+    and every test whose id names it (``14_accumulation`` or ``lesson14``) or one of its quiz experiments."""
+    from dpcourse.quiz.experiments import LESSON_MODULES
+
+    owner_of_experiment = {function.__name__: module.__name__.rpartition(".")[2]
+                           for module in LESSON_MODULES for function in module.EXPERIMENTS}
+    for item in items:
+        parameters = item.nodeid.partition("[")[2]
+        for lesson in course.LESSONS:
+            named = lesson.name in item.nodeid or lesson.marker in parameters
+            if named or owner_of_experiment.get(parameters.rstrip("]")) == lesson.marker:
+                item.add_marker(lesson.marker)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    _mark_lessons(items)
     cuda_tests = [item for item in items if item.get_closest_marker("cuda")]
     if not cuda_tests:
         return

@@ -14,8 +14,10 @@ from pathlib import Path
 
 import pytest
 
+from dpcourse import course
+
 REPO = Path(__file__).parents[1]
-SOURCES = sorted((REPO / "notebooks" / "src").glob("*.py"))
+SOURCES = [REPO / "notebooks" / "src" / f"{lesson.name}.py" for lesson in course.LESSONS]
 QUIZZES = sorted((REPO / "dpcourse" / "quizzes").glob("*.toml"))
 GLOSSARY_LESSON = "00_start_here"
 

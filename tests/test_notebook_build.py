@@ -8,9 +8,13 @@ import jupytext
 import nbformat
 import pytest
 
+from dpcourse import course
+
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
 build = runpy.run_path(str(NOTEBOOKS / "build.py"))
-SOURCES = sorted((NOTEBOOKS / "src").glob("*.py"))
+SOURCES = [NOTEBOOKS / "src" / f"{lesson.name}.py" for lesson in course.LESSONS]
+EDITIONS_OF_EVERY_LESSON = [folder / f"{lesson.name}.ipynb" for folder in (NOTEBOOKS, NOTEBOOKS / "student")
+                            for lesson in course.LESSONS]
 
 
 @pytest.mark.parametrize("source", SOURCES, ids=[s.stem for s in SOURCES])
@@ -70,7 +74,7 @@ def test_stubs_keep_the_indentation_and_the_code_around_them():
     assert build["without_solutions"](code) == "def f(x):\n    y = 1\n" + stub + "\n\nf"
 
 
-@pytest.mark.parametrize("notebook", sorted(NOTEBOOKS.glob("*.ipynb")) + sorted(NOTEBOOKS.glob("student/*.ipynb")),
+@pytest.mark.parametrize("notebook", EDITIONS_OF_EVERY_LESSON,
                          ids=lambda path: f"{path.parent.name}/{path.stem}")
 def test_no_stored_output_shows_a_memory_address(notebook):
     # nbval compares outputs with addresses masked, so only this catches a learner-visible "<... at 0x7f...>".

@@ -28,7 +28,7 @@ def lessons(tmp_path: Path) -> Path:
     """Two small lessons with a stored output, metadata as a short kernelspec (what JupyterLab would replace)."""
     folder = tmp_path / "lessons"
     folder.mkdir()
-    for name in ("00_first", "01_second"):
+    for name in ("00_start_here", "01_one_device"):
         cell = nbformat.v4.new_code_cell("1 + 1", execution_count=1)
         cell.outputs = [nbformat.v4.new_output("execute_result", {"text/plain": "2"}, execution_count=1)]
         notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell(f"# {name}"), cell])
@@ -44,7 +44,7 @@ def read(path: Path) -> nbformat.NotebookNode:
 def test_new_lessons_are_copied_stamped_and_trusted(lessons: Path, tmp_path: Path) -> None:
     folder = tmp_path / "my-course"
     copies = course.prepare(folder, lessons)
-    assert [path.name for path in copies.made] == ["00_first.ipynb", "01_second.ipynb"] and copies.kept == []
+    assert [path.name for path in copies.made] == ["00_start_here.ipynb", "01_one_device.ipynb"] and copies.kept == []
     notary = NotebookNotary()
     for copy in copies.made:
         notebook = read(copy)
@@ -52,7 +52,7 @@ def test_new_lessons_are_copied_stamped_and_trusted(lessons: Path, tmp_path: Pat
         assert notebook.metadata["kernelspec"] == course.kernel_metadata()["kernelspec"]
         assert notebook.metadata["language_info"]["version"] == sys.version.split()[0]
         assert notary.check_signature(notebook), f"{copy.name} should be trusted"
-    assert not notary.check_signature(read(lessons / "00_first.ipynb")), "the originals are not what was trusted"
+    assert not notary.check_signature(read(lessons / "00_start_here.ipynb")), "the originals are not what was trusted"
 
 
 def test_the_kernel_metadata_is_what_jupyterlab_writes_for_this_python() -> None:
@@ -65,15 +65,15 @@ def test_the_kernel_metadata_is_what_jupyterlab_writes_for_this_python() -> None
 def test_a_learners_copy_is_never_overwritten_and_new_lessons_are_added(lessons: Path, tmp_path: Path) -> None:
     folder = tmp_path / "my-course"
     course.prepare(folder, lessons)
-    mine = folder / "00_first.ipynb"
+    mine = folder / "00_start_here.ipynb"
     edited = read(mine)
     edited.cells[1].source = "answer = 42"
     nbformat.write(edited, mine)
     before = mine.read_bytes()
-    nbformat.write(read(lessons / "01_second.ipynb"), lessons / "02_new.ipynb")
+    nbformat.write(read(lessons / "01_one_device.ipynb"), lessons / "02_scatter.ipynb")
     copies = course.prepare(folder, lessons)
-    assert [path.name for path in copies.made] == ["02_new.ipynb"]
-    assert [path.name for path in copies.kept] == ["00_first.ipynb", "01_second.ipynb"]
+    assert [path.name for path in copies.made] == ["02_scatter.ipynb"]
+    assert [path.name for path in copies.kept] == ["00_start_here.ipynb", "01_one_device.ipynb"]
     assert mine.read_bytes() == before
     assert not NotebookNotary().check_signature(read(mine)), "a learner's edited copy is not trusted behind their back"
 

@@ -21,12 +21,13 @@ import jupytext
 import nbformat
 import pytest
 
+from dpcourse import course
 from dpcourse.quiz import load_lesson
 from tests.site_builder import site_builder
 
 REPO = Path(__file__).parents[1]
 NOTEBOOKS = REPO / "notebooks"
-SOURCES = sorted((NOTEBOOKS / "src").glob("*.py"))
+SOURCES = [NOTEBOOKS / "src" / f"{lesson.name}.py" for lesson in course.LESSONS]
 EDITIONS = {"instructor": NOTEBOOKS, "student": NOTEBOOKS / "student"}
 ASK = re.compile(r"""quiz\.ask\(\s*["']([\w.-]+)["']""")
 ASK_LESSON = re.compile(r"""quiz\.ask_lesson\(\s*["'](\w+)["']""")

@@ -5,7 +5,6 @@ import torch
 from torch import nn
 
 import dpcourse
-from dpcourse import examples
 from dpcourse.comm import BUCKET_BYTES, buckets
 from dpcourse.replicate import tensor_at
 

@@ -3,18 +3,12 @@
 import importlib
 from collections.abc import Callable
 
+from ..course import LESSONS
 from .check import Exercise, Report, run
 
 EXERCISES: dict[str, Exercise] = {}
-# Imported on the first check, so that importing dpcourse.exercises stays cheap.
-LESSON_MODULES = [
-    "dpcourse.exercises.lesson01", "dpcourse.exercises.lesson02", "dpcourse.exercises.lesson03",
-    "dpcourse.exercises.lesson04", "dpcourse.exercises.lesson05", "dpcourse.exercises.lesson06",
-    "dpcourse.exercises.lesson07", "dpcourse.exercises.lesson08", "dpcourse.exercises.lesson09",
-    "dpcourse.exercises.lesson10", "dpcourse.exercises.lesson11", "dpcourse.exercises.capstone",
-    "dpcourse.exercises.lesson13", "dpcourse.exercises.lesson14", "dpcourse.exercises.lesson15",
-    "dpcourse.exercises.lesson16", "dpcourse.exercises.lesson17",
-]
+# Imported on the first check, so that importing dpcourse.exercises stays cheap; the course's index names them.
+LESSON_MODULES = [lesson.exercises_module for lesson in LESSONS if lesson.exercises]
 
 
 def register(exercise: Exercise) -> Exercise:

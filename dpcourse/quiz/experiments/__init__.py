@@ -13,10 +13,10 @@ Adding a lesson's experiments (say lesson 13, ``quizzes/13_collectives.toml``):
    decorator (``quiz/experiments_lesson13.py``) converts by moving it here, deleting the decorators, importing
    ``Outcome`` and ``only_true`` from ``..outcome`` and the shared helpers from ``..lab`` under their new names,
    and listing the functions in that tuple;
-2. add its TOML file's name to ``lessons.LESSONS``, in course order: ``LESSON_MODULES`` imports ``lessonNN`` for
-   each name there.
+2. give its record in ``dpcourse.course.LESSONS`` ``quiz=True`` (the default): ``LESSON_MODULES`` imports
+   ``lessonNN`` for each lesson with a quiz.
 
-``tests/test_quiz_bank.py`` checks that every lesson in ``lessons.LESSONS`` has its module, that every
+``tests/test_quiz_bank.py`` checks that every lesson with a quiz has its module, that every
 ``experiment = "..."`` in lesson NN's file names a function in ``lessonNN.EXPERIMENTS``, and that every such
 function is used there. A name used twice in the course is refused when this package is imported.
 """
@@ -25,12 +25,12 @@ import importlib
 from collections.abc import Iterable
 from types import ModuleType
 
-from ..lessons import LESSONS
+from ...course import LESSONS
 from ..outcome import Experiment, Outcome
 
-# In course order: lesson NN's questions are quizzes/NN_<name>.toml (lessons.LESSONS), its experiments lessonNN.py.
+# In course order: lesson NN's questions are quizzes/NN_<name>.toml, its experiments lessonNN.py (dpcourse.course).
 LESSON_MODULES: tuple[ModuleType, ...] = tuple(
-    importlib.import_module(f"{__name__}.lesson{lesson[:2]}") for lesson in LESSONS
+    importlib.import_module(lesson.experiments_module) for lesson in LESSONS if lesson.quiz
 )
 
 

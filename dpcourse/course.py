@@ -1,0 +1,82 @@
+"""The course's one list of lessons: for each, its name, title, quiz, experiments and exercises.
+
+    from dpcourse import course
+    course.lesson("14")              # the record of lesson 14, also course.lesson("14_accumulation")
+    course.lesson("14").exercises    # "dpcourse.exercises.lesson14": the module its check cells use
+
+Everything that walks the course reads this list: ``notebooks/build.py`` (which sources to build), the quiz
+(``quizzes/<name>.toml`` and its experiments), the exercise registry (which modules to load on the first check),
+``dpcourse.open`` (which lessons to copy), and the tests, which also mark each lesson's tests with ``lessonNN``
+(``pytest -m lesson14`` runs everything lesson 14 owns).
+"""
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Lesson:
+    """One lesson. ``name`` is its files' name: ``notebooks/src/<name>.py``, ``notebooks/<name>.ipynb``,
+    ``notebooks/student/<name>.ipynb`` and, when it has a quiz, ``dpcourse/quizzes/<name>.toml``."""
+
+    name: str
+    title: str
+    quiz: bool = True
+    exercises: bool = True
+
+    @property
+    def number(self) -> str:
+        """The two digits: ``"02"``."""
+        return self.name[:2]
+
+    @property
+    def marker(self) -> str:
+        """The pytest marker of everything this lesson owns: ``"lesson02"``."""
+        return f"lesson{self.number}"
+
+    @property
+    def quiz_file(self) -> str | None:
+        """The quiz's file in ``dpcourse/quizzes/``, or ``None``."""
+        return f"{self.name}.toml" if self.quiz else None
+
+    @property
+    def experiments_module(self) -> str | None:
+        """The module whose ``EXPERIMENTS`` the quiz runs, or ``None``."""
+        return f"dpcourse.quiz.experiments.{self.marker}" if self.quiz else None
+
+    @property
+    def exercises_module(self) -> str | None:
+        """The module that registers the lesson's checked exercises, or ``None``."""
+        if not self.exercises:
+            return None
+        return "dpcourse.exercises.capstone" if self.name == "12_capstone" else f"dpcourse.exercises.{self.marker}"
+
+
+LESSONS: tuple[Lesson, ...] = (
+    Lesson("00_start_here", "Start here: what DataParallel does, and how this course works", exercises=False),
+    Lesson("01_one_device", "One device: the training step we will parallelise"),
+    Lesson("02_scatter", "Scatter: splitting the batch"),
+    Lesson("03_replicate", "Replicate: one copy of the model per device, every step"),
+    Lesson("04_parallel_apply", "parallel_apply: running the replicas"),
+    Lesson("05_gather", "Gather: one output from many replicas"),
+    Lesson("06_backward", "Backward: where the gradients go"),
+    Lesson("07_end_to_end", "End to end: training, checkpoints, and the errors people meet"),
+    Lesson("08_myths", "Myths, run and corrected"),
+    Lesson("09_performance", "Performance: where a DataParallel step spends its time"),
+    Lesson("10_ddp_bridge", "From DataParallel to DistributedDataParallel"),
+    Lesson("11_review", "Review: the four steps, all together"),
+    Lesson("12_capstone", "Capstone: write DataParallel yourself", quiz=False),
+    Lesson("13_collectives", "Collectives: broadcast, reduce, all-reduce, all-gather, reduce-scatter"),
+    Lesson("14_accumulation", "Gradient accumulation and no_sync"),
+    Lesson("15_memory", "Memory per device"),
+    Lesson("16_mixed_precision", "Mixed precision: autocast in threads, GradScaler, compressed gradients"),
+    Lesson("17_ddp_in_practice", "DDP in practice: data, checkpoints, uneven inputs, unused parameters, BatchNorm, "
+                                 "and a script converted"),
+)
+
+
+def lesson(key: str) -> Lesson:
+    """The lesson called ``key``: its name (``"14_accumulation"``) or its number (``"14"``)."""
+    for candidate in LESSONS:
+        if key in (candidate.name, candidate.number):
+            return candidate
+    raise KeyError(f"No lesson {key!r}. Lessons: {', '.join(candidate.name for candidate in LESSONS)}.")

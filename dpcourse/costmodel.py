@@ -27,7 +27,6 @@ import torch
 from torch import nn
 
 from .data_parallel import DataParallel
-from .devices import devices
 from .examples import loss_fn
 from .timing import one_thread_per_operation, synchronized_clock, timed_step
 from .trace import trace
@@ -283,9 +282,10 @@ def measure(setups: Sequence[Setup], rounds: int = 8, steps: int = 5, clock: Lit
             device: str = "cpu") -> list[tuple[float, dict[str, float]]]:
     """Time forward + backward of every setup: each one's fastest step, and with ``traced``, its spans.
 
-    On CPU devices (``device="cpu"``) everything runs on one core. On a GPU (``device="cuda:0"``) every
-    replica of a setup shares that GPU, and a step is timed from the moment the GPU is idle to the moment it
-    has finished the step's work (``synchronized_clock``), so the launches and the GPU work both count.
+    Every replica of a setup shares ``device``, where the model and the batch are put before it is wrapped.
+    On CPU devices (``device="cpu"``, the real CPU, on a GPU machine too) everything runs on one core. On a
+    GPU (``device="cuda:0"``) a step is timed from the moment the GPU is idle to the moment it has finished
+    the step's work (``synchronized_clock``), so the launches and the GPU work both count.
 
     Traced setups also give the fastest time of every span (summed over the replicas). The setups take
     turns, ``steps`` steps each per round, so a busy spell of another program hits them all alike, and the
@@ -298,8 +298,7 @@ def measure(setups: Sequence[Setup], rounds: int = 8, steps: int = 5, clock: Lit
     runs = []
     for setup in setups:
         module = setup.model_to_time.model().to(device)
-        replicas = [torch.device(device)] * setup.devices if gpu else devices(setup.devices)
-        dp = DataParallel(module, devices=replicas if setup.devices > 1 else [device])
+        dp = DataParallel(module, devices=[device] * setup.devices)
         x, y = setup.model_to_time.batch(setup.batch, device)
         runs.append((setup, module, dp, x, functools.partial(loss_fn, target=y), [], defaultdict(list)))
     with contextlib.nullcontext() if gpu else _one_core():

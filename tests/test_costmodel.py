@@ -32,6 +32,13 @@ def test_calibrated_model_predicts_dp_steps_of_sizes_it_was_not_fitted_on_within
     assert 1e9 < hardware.flops < 1e13 and 1e-7 < hardware.module_time < 1e-3
 
 
+def test_measure_runs_on_explicit_cpu_devices_on_a_gpu_machine_too(stand_in_gpu):
+    # device="cpu" means the real CPU: the model, the batch and every replica stay there, whatever
+    # dpcourse.devices(n) would choose (on a GPU machine, [cuda:0, ...]).
+    (seconds, spans), = costmodel.measure([costmodel.Setup(16, 2, devices=2, batch=8, traced=True)], rounds=1, steps=3)
+    assert seconds > 0 and spans["replicate"] > 0
+
+
 def test_every_term_is_in_the_formula_and_the_terms_add_up():
     for kind in ("single", "dp", "ddp"):
         terms = step_time(kind, 4, EXAMPLE, PRESETS["8 GPUs, PCIe"])

@@ -97,6 +97,17 @@ def test_timeline_has_one_row_per_rank_and_all_reduces_inside_backward():
     assert len(dp_trace.steps("replicate")) == 3  # DataParallel replicates on every step
 
 
+def test_the_in_process_parts_run_where_devices_0_stands_in_for_a_gpu(stand_in_gpu):
+    # DataParallel's timeline puts its model on devices[0]; the single-device references compare on the
+    # ranks' device, so a GPU machine runs them too.
+    dp_trace = ddp.dp_timeline(n=2, steps=1, batch=8, hidden=16, depth=2)
+    assert {s.step for s in dp_trace.spans} >= {"scatter", "replicate", "forward", "gather", "reduce-add"}
+    assert ddp.train(world_size=2, steps=1, batch=8).matches_single_device()
+    unequal = ddp.gradients(world_size=2, batch=8, sizes=[5, 3])
+    assert "DDP = full batch:" in str(unequal)
+    torch.testing.assert_close(unequal.size_weighted_mean, unequal.full_batch, rtol=0, atol=1e-6)
+
+
 def test_a_raising_worker_names_its_rank_and_traceback_and_leaves_no_process():
     with pytest.raises(ddp.WorkerError) as info:
         ddp.crash("raise", rank=1)

@@ -1,4 +1,4 @@
-"""The Timeline explorer where ``devices[0]`` stands in for a GPU, and its verdict, which follows the measured shares."""
+"""The Timeline explorer with ``devices[0]`` standing in for a GPU, and its verdict, which follows the numbers."""
 
 import re
 

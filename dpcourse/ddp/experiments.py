@@ -3,7 +3,9 @@ come from rank 0.
 
 Each experiment is a pair: a worker (``_gradients``, ...) that runs in every rank under ``launch``, and a
 function the notebook calls (``gradients(...)``, ...) that starts the ranks and returns their numbers next
-to the single-device reference, as a dataclass whose ``str()`` is a small table.
+to the single-device reference, as a dataclass whose ``str()`` is a small table. The ranks hand back CPU
+tensors (``lesson.flat_grad``), under NCCL too; the reference, computed in this process, is put on the same
+device as theirs, so that every comparison runs on one device.
 """
 
 import dataclasses
@@ -54,7 +56,7 @@ class Gradients:
     @property
     def size_weighted_mean(self) -> torch.Tensor:
         """Each rank's gradient weighted by its shard's size: the full-batch gradient, whatever the sizes."""
-        sizes = torch.tensor([len(s) for s in self.shards], dtype=self.local[0].dtype)
+        sizes = torch.tensor([len(s) for s in self.shards], dtype=self.local[0].dtype, device=self.local[0].device)
         return (torch.stack(self.local) * sizes[:, None]).sum(0) / sizes.sum()
 
     def __str__(self) -> str:
@@ -76,7 +78,7 @@ def gradients(world_size: int = 2, batch: int = 8, sizes: Sequence[int] | None =
     not, because each rank's mean gives its samples weight ``1/(N * b_rank)`` instead of ``1/B``.
     """
     results = launch(_gradients, world_size, (batch, None if sizes is None else list(sizes)))
-    full_batch = single_device(steps=1, batch=batch, lr=0.0)["grads"][0]
+    full_batch = single_device(steps=1, batch=batch, lr=0.0)["grads"][0].to(results[0]["local"].device)
     return Gradients([r["shard"] for r in results], [r["local"] for r in results], [r["synced"] for r in results],
                      full_batch)
 
@@ -142,7 +144,8 @@ def train(world_size: int = 2, steps: int = 3, batch: int = 16, lr: float = 0.1)
     so the weights stay equal to each other and to single-device training on the whole batch.
     """
     ranks = launch(_training, world_size, (steps, batch, lr))
-    return Training(ranks, single_device(steps, batch, lr)["weights"])
+    here = ranks[0]["weights"][0].device
+    return Training(ranks, [weights.to(here) for weights in single_device(steps, batch, lr)["weights"]])
 
 
 def _buffers(batch: int, sync_buffers: bool) -> dict:

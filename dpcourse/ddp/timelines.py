@@ -112,14 +112,19 @@ def timeline(world_size: int = 2, steps: int = 3, batch: int = 64, hidden: int =
 
 
 def dp_timeline(n: int = 2, steps: int = 3, batch: int = 64, hidden: int = 512, depth: int = 4) -> Trace:
-    """The same training, with ``dpcourse.DataParallel`` on ``dpcourse.devices(n)``, traced in this process."""
-    module = model(hidden=hidden, depth=depth)
-    dp = DataParallel(module, devices=devices(n))
+    """The same training, with ``dpcourse.DataParallel`` on ``dpcourse.devices(n)``, traced in this process.
+
+    The model goes to ``devices[0]`` before it is wrapped, and each step's batch and targets go there too, where
+    the outputs are gathered. On a GPU the phases end with a synchronize, as the DDP ranks' spans do.
+    """
+    dp_devices = devices(n)
+    module = model(hidden=hidden, depth=depth).to(dp_devices[0])
+    dp = DataParallel(module, devices=dp_devices)
     x, y = data(steps * batch)
-    here = dp.devices[0]
+    clock = synchronized_clock(dp_devices)
     with trace() as recorded:
         for step in range(steps):
             part = slice(step * batch, (step + 1) * batch)
-            loss = functools.partial(loss_fn, target=y[part].to(here))
-            timed_step(dp, module, x[part].to(here), loss, LEARNING_RATE)
+            loss = functools.partial(loss_fn, target=y[part].to(dp_devices[0]))
+            timed_step(dp, module, x[part].to(dp_devices[0]), loss, LEARNING_RATE, clock)
     return recorded

@@ -11,10 +11,11 @@
 # - which terms of a step's cost make DataParallel stop paying off, and how to launch DDP on one or
 #   several machines.
 #
-# Everything below runs for real: DDP from `torch`, in **2 processes on the CPU**, talking through the
-# gloo backend, started from this notebook by `dpcourse.ddp` (`dpcourse/ddp/`). The first launch starts a
-# helper process that imports torch once; the later launches reuse it, so only the first one waits for
-# that import.
+# Everything below runs for real: DDP from `torch`, in **2 processes** talking through a process group
+# backend, started from this notebook by `dpcourse.ddp` (`dpcourse/ddp/`): NCCL on the GPUs when the
+# machine has a GPU for each rank, else gloo on the CPU (`ddp.launcher.backend_for`). The first launch
+# starts a helper process that imports torch once; the later launches reuse it, so only the first one
+# waits for that import.
 
 # %%
 import dataclasses
@@ -53,8 +54,8 @@ from dpcourse import costmodel, ddp, examples, exercises, quiz, viz, widgets
 # in each before running any experiment (`dpcourse/ddp/launcher.py`, `_run_rank`).
 #
 # Below, `ddp.train` trains the running example's MLP (8 → 16 → 4, mean-squared-error loss) for 3 steps
-# under DDP, on 2 ranks with 8 of the 16 samples of each batch each. For comparison, one DataParallel
-# forward of the same model on 2 CPU devices, traced:
+# under DDP, on 2 ranks with 8 of the 16 samples of each batch each, and prints the backend your machine
+# used. For comparison, one DataParallel forward of the same model on `dpcourse.devices(2)`, traced:
 
 # %%
 training = ddp.train(world_size=2, steps=3, batch=16, lr=0.1)
@@ -63,13 +64,17 @@ for rank, record in enumerate(training.ranks):
           f"device {record['device']}, process group backend {record['backend']}")
 print("the two ranks are different processes:", training.ranks[0]["pid"] != training.ranks[1]["pid"])
 
-dp = dpcourse.DataParallel(examples.make_model(), devices=dpcourse.devices(2))
+devices = dpcourse.devices(2)
+dp = dpcourse.DataParallel(examples.make_model().to(devices[0]), devices=devices)
 with dpcourse.trace() as t:
-    dp(examples.make_batch(8)[0])
+    dp(examples.make_batch(8, device=devices[0])[0])
 print("DataParallel: this process; the replicas' forwards ran in threads",
       sorted({span.thread for span in t.steps("forward")}))
 
 # %% [markdown]
+# The stored run used gloo on the CPU. So does a machine with one GPU: NCCL needs a GPU of its own for every
+# rank, and two ranks on one GPU cannot use it, so the course gives them gloo and CPU tensors.
+#
 # Separate processes mean separate Python interpreters, each with its own [GIL](00_start_here.ipynb#Glossary): no replica waits for
 # another's Python (lesson 04, *Threads and the GIL*), and nothing is rebuilt at every step (lesson 09).
 # The DDP docstring says it "is proven to be significantly faster than DataParallel for single-node
@@ -237,8 +242,8 @@ print(ddp.check_buckets(world_size=2, batch=8, bucket_bytes=300))
 # %% [markdown]
 # ## Timelines side by side
 # The same training, traced both ways: the MLP widened to 4 layers of 512 (about 2 MiB of gradients), a
-# batch of 64, 2 steps on 2 DDP ranks with 1 MiB buckets, and one step on 2 DataParallel CPU devices (every
-# DataParallel step looks the same). Each DDP rank records its own spans; an all-reduce span starts when
+# batch of 64, 2 steps on 2 DDP ranks with 1 MiB buckets, and one step of DataParallel on
+# `dpcourse.devices(2)` (every DataParallel step looks the same). Each DDP rank records its own spans; an all-reduce span starts when
 # its bucket is full and ends when the average has arrived (`dpcourse/ddp/timelines.py`). The top lane,
 # the critical path, is drawn for one step: for DDP it shows the one-time `replicate` and the last step.
 # The figures show the stored run; yours will differ in the details:
@@ -271,14 +276,16 @@ print(f"  in the threads {sorted({span.thread for span in dp_trace.spans})}")
 #   2,127,888 bytes as one bucket; in step 2 the rebuilt buckets (about 1 MiB, 1 MiB and the rest) start
 #   one after the other inside backward.
 # - **DataParallel**: one process. The main thread scatters, replicates, gathers and sums (`reduce-add`)
-#   at every step, and the forward runs in one thread per replica. Both replicas' backward runs on the
-#   main thread here: on CPU devices the autograd engine uses the calling thread (on GPUs each device has
-#   its own).
+#   at every step, and the forward runs in one thread per replica. On CPU devices both replicas' backward
+#   runs on the main thread: the autograd engine uses the calling thread (on GPUs each device has a thread
+#   of its own).
 #
-# On these CPU "devices" both share 2 cores, and gloo sends the gradients through the loopback network,
-# so the timings say nothing about GPUs. There, [NCCL](00_start_here.ipynb#Glossary) runs the all-reduces on its own CUDA stream.
+# With CPU devices, as stored, DDP and DataParallel share the machine's cores, and gloo sends the gradients
+# through the loopback network, so the timings say nothing about GPUs. On a machine with one GPU the two
+# figures do not compare either: DataParallel runs on the GPU while the DDP ranks, with gloo, run on the CPU.
+# With a GPU per rank, [NCCL](00_start_here.ipynb#Glossary) runs the all-reduces on its own CUDA stream.
 # One DataParallel step on a real GPU ships with the course (`dpcourse.recording`, lesson 09): 3 replicas of
-# lesson 09's MLP sharing one GPU. Next to the CPU run above, its backward runs on the autograd engine's
+# lesson 09's MLP sharing one GPU. Next to the stored CPU run above, its backward runs on the autograd engine's
 # thread for the GPU (`Dummy-1`), not on the main thread:
 
 # %%

@@ -1,3 +1,4 @@
+# The core, mirror of torch/nn/parallel/_functions.py.
 """The four autograd Functions behind DataParallel, and why each backward is what it is.
 
 Each forward moves data one way; its backward moves the gradient the opposite way:
@@ -23,6 +24,8 @@ import torch
 from torch.autograd import Function
 
 from .comm import broadcast_coalesced, reduce_add_coalesced
+
+__all__ = ["Broadcast", "Gather", "ReduceAdd", "Scatter"]
 
 SCALAR_GATHER_WARNING = (
     "Was asked to gather along dimension 0, but all input tensors were scalars; "

@@ -1,3 +1,4 @@
+# The core, mirror of torch/nn/parallel/comm.py (and torch/csrc/cuda/comm.cpp).
 """Moving many tensors at once: copy a module's tensors to every device, and add gradients back up.
 
 These are the two collective operations DataParallel needs (torch: ``torch/nn/parallel/comm.py`` on top
@@ -9,6 +10,8 @@ cheaper than a thousand 10 KiB copies (each copy has a fixed launch cost, on a G
 from collections.abc import Sequence
 
 import torch
+
+__all__ = ["broadcast_coalesced", "buckets", "reduce_add_coalesced"]
 
 BUCKET_BYTES = 10 * 1024 * 1024  # the same bucket size as torch's broadcast_coalesced
 

@@ -1,3 +1,4 @@
+# The core, mirror of torch/nn/parallel/data_parallel.py.
 """DataParallel: every forward is scatter -> replicate -> parallel_apply -> gather.
 
 Mirrors ``torch/nn/parallel/data_parallel.py``. The wrapper holds the one real module (on
@@ -17,6 +18,8 @@ from .devices import DeviceLike, as_device, as_devices, usable_gpus
 from .parallel_apply import parallel_apply
 from .replicate import replicate
 from .scatter_gather import gather, scatter_kwargs
+
+__all__ = ["DataParallel", "data_parallel"]
 
 IMBALANCE_WARNING = """
     There is an imbalance between your GPUs. You may want to exclude GPU {} which

@@ -1,3 +1,4 @@
+# The core, dpcourse's own (torch takes GPU indices: torch/nn/parallel/data_parallel.py, _get_device_index).
 """Which devices the replicas run on: N GPUs, N replicas on fewer GPUs, or N CPU "devices".
 
 DataParallel only needs a list of devices, one per replica. torch's own DataParallel accepts GPU indices
@@ -17,6 +18,8 @@ import os
 from collections.abc import Sequence
 
 import torch
+
+__all__ = ["DeviceLike", "as_device", "as_devices", "devices", "usable_gpus"]
 
 DeviceLike = torch.device | str | int
 

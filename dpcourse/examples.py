@@ -54,7 +54,9 @@ def mlp(widths: Sequence[int], seed: int = 0, batchnorm: bool = False, relu: boo
         return nn.Sequential(*layers)
 
 
-def make_batch(batch: int = 10, seed: int = 1, device: torch.device | str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def make_batch(
+    batch: int = 10, seed: int = 1, device: torch.device | str | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
     """``batch`` random samples and class labels, the same every time for the same seed, on ``device``.
 
     Drawn on the CPU (the same numbers on every machine), then moved: ``make_batch(10, device=devices[0])``

@@ -1,3 +1,4 @@
+# The core, mirror of torch/nn/parallel/parallel_apply.py.
 """Step 3 of DataParallel: run every replica on its chunk, one new Python thread per replica.
 
 Mirrors ``torch/nn/parallel/parallel_apply.py``. Threads work because the heavy lifting (GPU kernels,
@@ -20,6 +21,8 @@ import torch
 from torch import nn
 
 from .devices import DeviceLike, as_devices
+
+__all__ = ["ReplicaError", "parallel_apply"]
 
 
 class _KeyErrorMessage(str):

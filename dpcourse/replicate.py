@@ -1,3 +1,4 @@
+# The core, mirror of torch/nn/parallel/replicate.py.
 """Step 2 of DataParallel: one copy of the module per device, rebuilt on every forward.
 
 Mirrors ``torch/nn/parallel/replicate.py``. A replica is *not* ``copy.deepcopy(module)``. It is a
@@ -37,6 +38,8 @@ from torch.nn.parameter import is_lazy
 from ._functions import Broadcast
 from .comm import broadcast_coalesced
 from .devices import DeviceLike, as_devices
+
+__all__ = ["replicate"]
 
 
 def _broadcast(tensors: list[torch.Tensor], devices: list[torch.device], detach: bool) -> list[list[torch.Tensor]]:

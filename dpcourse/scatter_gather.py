@@ -1,3 +1,4 @@
+# The core, mirror of torch/nn/parallel/scatter_gather.py.
 """Step 1 and step 4 of DataParallel: scatter the inputs over the devices, gather the outputs back.
 
 Mirrors ``torch/nn/parallel/scatter_gather.py``. Both walk a nested structure (tuples, lists, dicts,
@@ -11,6 +12,8 @@ import torch
 
 from ._functions import Gather, Scatter
 from .devices import DeviceLike, as_device, as_devices
+
+__all__ = ["gather", "scatter", "scatter_kwargs"]
 
 
 def _is_namedtuple(obj: Any) -> bool:

@@ -242,6 +242,25 @@ def test_gradient_sum_sum_reduction_matches_a_single_device_sum():
     assert repr(g) == "GradientSum(reduction='sum', batch=7, devices=2)"
 
 
+def test_gradient_sum_sliders_work_with_devices_0_standing_in_for_a_gpu(stand_in_gpu):
+    """Lesson 06's explorer under the lessons' placement check: every reduction and every slider move runs, as on
+    a GPU machine where the model, the batch and the gathered output are on cuda:0."""
+    from tests.placement import is_placed
+
+    g = GradientSum(reduction="per-replica mean", batch=8, devices=2)  # as lesson 06 opens it
+    assert not g.message.value and g.difference < 1e-6, text(g.message)
+    for reduction in ("per-replica mean", "mean", "sum"):
+        g.reduction_toggle.value = reduction
+        for batch, devices in [(7, 2), (9, 3), (3, 8)]:
+            g.batch_slider.value, g.devices_slider.value = batch, devices
+            assert not g.message.value and png(g.image).startswith(PNG), (reduction, batch, devices, text(g.message))
+            uneven = len({len(chunk) for chunk in torch.arange(batch).chunk(devices)}) > 1
+            biased = reduction == "per-replica mean" and uneven
+            assert (g.difference > 1e-4) == biased, (reduction, batch, devices, g.difference)
+    data = dpcourse.viz.gradient_sum(batch=7, n_devices=3).dpcourse_data
+    assert all(is_placed(t) for t in [data["inputs"], data["targets"], data["sum"], data["single_device"]])
+
+
 def test_timeline_does_nothing_until_run():
     t = Timeline()
     assert png(t.image) == placeholder_png()[0] and t.totals.value == ""

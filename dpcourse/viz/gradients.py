@@ -69,11 +69,12 @@ def gradient_sum(
     if name not in names:
         raise ValueError(f"The model has no parameter {name!r}; pick one of {names}.")
     original = tensor_at(model, name)
-    x, y = (t.to(device) for t in examples.make_batch(batch))
+    x, y = examples.make_batch(batch, device=device)
     run = _forward(model, (x,), n_devices)
     chunks = run.rows
     loss = F.cross_entropy(run.gathered, y, reduction=reduction)
     *per_replica, reduced = torch.autograd.grad(loss, run.parameter_copies([name]) + [original])
+    per_replica = [grad.to(device) for grad in per_replica]  # each copy's gradient is on its replica's device
     (single,) = torch.autograd.grad(F.cross_entropy(model(x), y, reduction=reduction), [original])
     total = torch.stack(per_replica).sum(0)
     diff = (total - single).abs().max().item()
@@ -140,7 +141,7 @@ def per_replica_mean_bias(batch: int = 7, n_devices: int = 2) -> Figure:
     """
     device = dpcourse.devices(1)[0]
     model = examples.make_model().to(device)
-    x, y = (t.to(device) for t in examples.make_batch(batch))
+    x, y = examples.make_batch(batch, device=device)
     per_sample = torch.ones(batch, device=x.device, requires_grad=True)
     weighing = _forward(_ChunkMean(), (per_sample,), n_devices)
     chunks = weighing.rows

@@ -30,7 +30,7 @@ from dpcourse import examples, exercises, quiz, viz, widgets
 # Replicas that return a scalar loss get lesson 05's "all input tensors were scalars" warning; it is known here.
 warnings.filterwarnings("ignore", message="Was asked to gather along dimension 0")
 devices = dpcourse.devices(4)
-x, y = examples.make_batch(10)
+x, y = examples.make_batch(10, device=devices[0])
 
 # %% [markdown]
 # ## Gather's backward splits the gradient
@@ -38,7 +38,7 @@ x, y = examples.make_batch(10)
 # backward come after the four forward steps, and the first of them is `gather-backward`:
 
 # %%
-model = examples.make_model()
+model = examples.make_model().to(devices[0])  # the model goes to devices[0] before it is wrapped
 with dpcourse.trace() as t:
     examples.loss_fn(dpcourse.DataParallel(model, devices=devices)(x), y).backward()
 print("steps, in order:", list(dict.fromkeys(span.step for span in t.spans)))
@@ -62,7 +62,7 @@ examples.loss_fn(gathered, y).backward()
 rows = gathered.grad.split([len(output) for output in outputs])
 for i, (output, own_rows) in enumerate(zip(outputs, rows)):
     print(f"replica {i}: output grad {list(output.grad.shape)}, "
-          f"equal to its rows of the gathered grad: {torch.equal(output.grad, own_rows)}")
+          f"equal to its rows of the gathered grad: {torch.equal(output.grad, own_rows.to(output.device))}")
 
 # %% [markdown]
 # From there each replica's backward runs on its own copy of the weights, and the last step, `reduce-add`,
@@ -81,15 +81,18 @@ quiz.ask("06-gradients-summed")
 # j + 1, so that the three copies get visibly different gradients:
 
 # %% tags=["reveals-answer"]
-linear = nn.Linear(2, 1)
-copies = dpcourse.replicate(linear, dpcourse.devices(3))
+three = dpcourse.devices(3)
+linear = nn.Linear(2, 1).to(three[0])
+copies = dpcourse.replicate(linear, three)
 x_one = torch.tensor([[1.0, 2.0]])
-loss = sum((j + 1) * copy(x_one).sum() for j, copy in enumerate(copies))
+outputs = [copy(x_one.to(device)).sum().to(three[0]) for copy, device in zip(copies, three)]  # each on its device
+loss = sum((j + 1) * output for j, output in enumerate(outputs))
 per_copy = torch.autograd.grad(loss, [copy.weight for copy in copies], retain_graph=True)
 loss.backward()
 for j, grad in enumerate(per_copy):
     print(f"copy {j}'s weight: grad {grad.tolist()}")
-print("linear.weight.grad:", linear.weight.grad.tolist(), "| the mean would be", (sum(per_copy) / 3).tolist())
+mean = sum(grad.to(three[0]) for grad in per_copy) / 3
+print("linear.weight.grad:", linear.weight.grad.tolist(), "| the mean would be", mean.tolist())
 print("the gradient lands on the original parameter's device:", linear.weight.grad.device)
 
 # %% [markdown]
@@ -117,9 +120,9 @@ quiz.ask("06-mean-loss-matches")
 
 # %% tags=["reveals-answer"]
 for batch in (10, 7, 13):
-    model = examples.make_model()
+    model = examples.make_model().to(devices[0])
     oracle = examples.twin(model)
-    xb, yb = examples.make_batch(batch)
+    xb, yb = examples.make_batch(batch, device=devices[0])
     examples.loss_fn(oracle(xb), yb).backward()
     examples.loss_fn(dpcourse.DataParallel(model, devices=devices)(xb), yb).backward()
     sizes = [len(chunk) for chunk in dpcourse.scatter(xb, devices)]
@@ -150,9 +153,9 @@ viz.gradient_sum(batch=10, n_devices=4)
 # one-device one:
 
 # %%
-model = examples.make_model(batchnorm=True)
+model = examples.make_model(batchnorm=True).to(devices[0])
 oracle = examples.twin(model)
-xb, yb = examples.make_batch(12)
+xb, yb = examples.make_batch(12, device=devices[0])
 examples.loss_fn(oracle(xb), yb).backward()
 examples.loss_fn(dpcourse.DataParallel(model, devices=dpcourse.devices(3))(xb), yb).backward()
 difference = examples.max_grad_difference(model, oracle)
@@ -173,9 +176,9 @@ print(f"with BatchNorm, 12 rows on 3 devices: max |grad difference| = {differenc
 from dpcourse.examples import LossInside
 
 print(inspect.getsource(LossInside))
-model = examples.make_model()
+model = examples.make_model().to(devices[0])
 oracle = examples.twin(model)
-x7, y7 = examples.make_batch(7)
+x7, y7 = examples.make_batch(7, device=devices[0])
 losses = dpcourse.DataParallel(LossInside(model), devices=dpcourse.devices(2))(x7, y7)
 losses.mean().backward()
 examples.loss_fn(oracle(x7), y7).backward()
@@ -220,9 +223,9 @@ widgets.GradientSum(reduction="per-replica mean", batch=8, devices=2)
 quiz.ask("06-sum-of-replica-losses")
 
 # %% tags=["reveals-answer"]
-model = examples.make_model()
+model = examples.make_model().to(devices[0])
 oracle = examples.twin(model)
-x8, y8 = examples.make_batch(8)
+x8, y8 = examples.make_batch(8, device=devices[0])
 dpcourse.DataParallel(LossInside(model), devices=dpcourse.devices(2))(x8, y8).sum().backward()
 examples.loss_fn(oracle(x8), y8).backward()
 scale = (model[0].weight.grad.norm() / oracle[0].weight.grad.norm()).item()
@@ -248,7 +251,7 @@ class SumAndCount(LossInside):
 
 
 for fix in (PerSampleLosses, SumAndCount):
-    model = examples.make_model()
+    model = examples.make_model().to(devices[0])
     oracle = examples.twin(model)
     out = dpcourse.DataParallel(fix(model), devices=dpcourse.devices(2))(x7, y7)
     loss = out.mean() if fix is PerSampleLosses else out[0].sum() / out[1].sum()
@@ -273,7 +276,7 @@ def penalised_loss(net):
     return loss + 0.1 * sum(g.pow(2).sum() for g in grads), grads
 
 
-model = examples.make_model()
+model = examples.make_model().to(devices[0])
 oracle = examples.twin(model)
 loss, grads = penalised_loss(dpcourse.DataParallel(model, devices=dpcourse.devices(3)))
 loss.backward()
@@ -349,10 +352,11 @@ def sample_weights(batch, n):
 exercises.check("sample_weights", sample_weights)
 
 # %% tags=["solution"]
-model = examples.make_model()
+model = examples.make_model().to(devices[0])
 oracle = examples.twin(model)
 chunk_means = dpcourse.DataParallel(LossInside(model), devices=devices)(x, y)
-chunk_sizes = torch.tensor([len(chunk) for chunk in x.chunk(len(devices))], dtype=chunk_means.dtype)
+chunk_sizes = torch.tensor([len(chunk) for chunk in x.chunk(len(devices))], dtype=chunk_means.dtype,
+                           device=chunk_means.device)
 (chunk_means * chunk_sizes).sum().div(len(x)).backward()
 examples.loss_fn(oracle(x), y).backward()
 

@@ -226,6 +226,12 @@ def _step(out: torch.Tensor) -> torch.Tensor:
 
 
 def _judge_data_parallel(case: Case, answer: Any) -> str | None:
+    """The learner's step against ``dpcourse.DataParallel`` on ``n`` explicit CPU devices, on a GPU machine too.
+
+    The learner's ``data_parallel(module, x, n)`` takes no devices: its replicas compute where the module's
+    tensors are, here the CPU. So the reference runs on ``["cpu"] * n``, not on ``dpcourse.devices(n)``, which
+    is ``[cuda:0, ...]`` on a GPU machine and would need the reference model moved there.
+    """
     (mine, x, n), reference = case.args, case.context["reference"]
     expected = _step(dpcourse.DataParallel(reference, devices=["cpu"] * n)(x))
     if not isinstance(answer, torch.Tensor) or answer.grad_fn is None:

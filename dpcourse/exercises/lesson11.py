@@ -50,10 +50,11 @@ class _Counts(nn.Module):
 
 
 def _after_forwards(k: int, n: int) -> tuple[int, int]:
-    counts = _Counts()
-    dp = DataParallel(counts, devices=devices(n))
+    used = devices(n)
+    counts = _Counts().to(used[0])  # its buffer goes to devices[0] before wrapping, as any model's
+    dp = DataParallel(counts, devices=used)
     for _ in range(k):
-        dp(torch.zeros(8, 1))
+        dp(torch.zeros(8, 1, device=used[0]))
     return counts.calls, int(counts.forwards)
 
 

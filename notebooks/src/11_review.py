@@ -45,10 +45,11 @@ quiz.ask("10-ddp-averages")
 # One training step of the running example on 4 devices, step by step, next to the one-device oracle:
 
 # %% tags=["reveals-answer"]
-model = examples.make_model()
+devices = dpcourse.devices(4)
+model = examples.make_model().to(devices[0])
 oracle = examples.twin(model)
-x, y = examples.make_batch(10)
-dp = dpcourse.DataParallel(model, devices=dpcourse.devices(4))
+x, y = examples.make_batch(10, device=devices[0])
+dp = dpcourse.DataParallel(model, devices=devices)
 with dpcourse.trace() as t:
     output = dp(x)
     examples.loss_fn(output, y).backward()

@@ -148,7 +148,8 @@ exercises.check("capstone_gather", gather)
 # ## 6. All together
 # `data_parallel(module, x, n)`: scatter `x`, copy the parameters with `Broadcast` for as many replicas as
 # there are chunks, replicate, run the replicas in parallel, gather. The check trains one step of a model with
-# BatchNorm next to `dpcourse.DataParallel` on the same number of CPU devices.
+# BatchNorm next to `dpcourse.DataParallel` on the same number of CPU devices, `["cpu"] * n`, on any machine:
+# your pieces compute where the model's tensors are, and the check's model is on the CPU.
 
 # %% tags=["solution"]
 def data_parallel(module: torch.nn.Module, x: torch.Tensor, n: int) -> torch.Tensor:

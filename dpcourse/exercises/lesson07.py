@@ -20,7 +20,8 @@ def _train_one_device(model: nn.Module, x: torch.Tensor, y: torch.Tensor, steps:
 
 
 def _training_case(description: str, batch: int, n: int, steps: int, lr: float, hint: str = "") -> Case:
-    model, (x, y) = examples.make_model(seed=batch), examples.make_batch(batch, seed=n)
+    first = devices(n)[0]  # the model and the batch start where DataParallel wants them, as in the lesson
+    model, (x, y) = examples.make_model(seed=batch).to(first), examples.make_batch(batch, seed=n, device=first)
     expected = _train_one_device(examples.twin(model), x, y, steps, lr)
     return Case(description, (model, x, y, n, steps, lr), hint, {"expected": expected})
 
@@ -57,7 +58,8 @@ class _Holder(nn.Module):
 
 
 def _prefix_case(description: str, model: nn.Module, hint: str = "") -> Case:
-    wrapped = DataParallel(model, devices=devices(2))
+    chosen = devices(2)
+    wrapped = DataParallel(model.to(chosen[0]), devices=chosen)
     return Case(description, (wrapped.state_dict(),), hint, {"expected": model.state_dict()})
 
 

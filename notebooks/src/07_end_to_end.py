@@ -21,7 +21,8 @@ from dpcourse import examples, exercises, quiz
 
 # Replicas that return a scalar get lesson 05's "all input tensors were scalars" warning; it is known here.
 warnings.filterwarnings("ignore", message="Was asked to gather along dimension 0")
-x, y = examples.make_batch(10)
+devices = dpcourse.devices(4)
+x, y = examples.make_batch(10, device=devices[0])
 
 # %% [markdown]
 # ## A training loop
@@ -32,7 +33,7 @@ x, y = examples.make_batch(10)
 # devices, then the oracle:
 
 # %%
-model = examples.make_model()
+model = examples.make_model().to(devices[0])  # the model goes to devices[0] before it is wrapped
 oracle = examples.twin(model)
 dp = dpcourse.DataParallel(model, devices=dpcourse.devices(3))
 dp_losses = examples.train(dp, steps=20)
@@ -88,7 +89,7 @@ print("keys after stripping:", list(state))
 # %% [markdown]
 # A common guard, "wrap only when there are several GPUs", makes the keys depend on the machine that saved
 # the checkpoint. DataParallel on one device runs fine, and it adds the prefix like any other; so does torch's
-# own DataParallel on this GPU-less machine, where it only passes the batch through:
+# own DataParallel, even on a machine without GPUs, where it only passes the batch through:
 
 # %%
 one = dpcourse.DataParallel(examples.make_model(), devices=dpcourse.devices(1))
@@ -115,12 +116,12 @@ print("replica 0 computes with the master weight's memory:", same_memory)
 quiz.ask("07-placement")
 
 # %% [markdown]
-# CPU devices are all the same device, so a real mismatch cannot happen here. The `meta` device (tensors with a
-# shape but no data) stands in for "another device": move the last layer there, as if it had been added after
-# the model was moved.
+# CPU devices are all the same device, so with them a real mismatch cannot happen. The `meta` device (tensors
+# with a shape but no data) exists on every machine and stands in for "another device": move the last layer
+# there, as if it had been added after the model was moved.
 
 # %% tags=["reveals-answer"]
-model = examples.make_model()
+model = examples.make_model().to(devices[0])
 model[2].to("meta")
 for stage in ("wrap", "forward"):
     try:
@@ -144,13 +145,13 @@ for stage in ("wrap", "forward"):
 # Because the check runs at forward time, moving the model *after* wrapping is fine; the check was moved from
 # `__init__` to `forward` for exactly that (pytorch/pytorch#17363), and the official tutorial does
 # `model = nn.DataParallel(model)` and then `model.to(device)` (pytorch/tutorials,
-# `beginner_source/blitz/data_parallel_tutorial.py`). Meta tensors hold no data, so here moving back
-# means allocating on the CPU and loading the weights again; on a GPU it is just `dp.to("cuda:0")`:
+# `beginner_source/blitz/data_parallel_tutorial.py`). Meta tensors hold no data, so here moving back means
+# allocating on `devices[0]` and loading the weights again; a layer on another GPU needs only `dp.to(devices[0])`:
 
 # %%
-dp.to_empty(device="cpu")
+dp.to_empty(device=devices[0])
 dp.module.load_state_dict(examples.make_model().state_dict())
-print("after the move, forward works and matches:", torch.allclose(dp(x), examples.make_model()(x)))
+print("after the move, forward works and matches:", torch.allclose(dp(x), examples.make_model().to(devices[0])(x)))
 
 # %% [markdown]
 # Only with a single device does DataParallel move the module for you, in `__init__`
@@ -188,7 +189,7 @@ print("parameter:", stats_model.linear.weight.device, "| buffer:", stats_model.c
 # GPUs; here it rests on the source).
 
 # %%
-dp = dpcourse.DataParallel(examples.make_model(), devices=dpcourse.devices(2), output_device="cpu")
+dp = dpcourse.DataParallel(examples.make_model().to(devices[0]), devices=dpcourse.devices(2), output_device="cpu")
 out = dp(x)
 loss = examples.loss_fn(out, y.to(out.device))
 loss.backward()
@@ -196,9 +197,10 @@ print("output_device:", dp.output_device, "| output on:", out.device, "| loss on
       "| grads on:", dp.module[0].weight.grad.device)
 
 # %% [markdown]
-# On CPU devices every one of these is `cpu`; what matters is where each comes from. On GPUs, device 0 holds the
-# master parameters, their gradients and the optimizer state, and also the outputs and the loss unless you move
-# `output_device` (lesson 09 measures it).
+# On CPU devices every one of these is `cpu`; what matters is where each comes from. On a GPU machine the output
+# and the loss are on `cpu` and the gradients on `cuda:0`. On GPUs, device 0 holds the master parameters, their
+# gradients and the optimizer state, and also the outputs and the loss unless you move `output_device` (lesson 09
+# measures it).
 #
 # One difference from torch: there `output_device` must be a GPU. `DataParallel.__init__` passes it through
 # `torch._utils._get_device_index(output_device, True)`, which rejects `"cpu"` (only the deprecated `-1` means
@@ -219,7 +221,7 @@ except ValueError as error:
 # chunks are uneven, though; the trace shows how many rows each replica ran:
 
 # %%
-model = examples.make_model()
+model = examples.make_model().to(devices[0])
 oracle = examples.twin(model)
 with dpcourse.trace() as t:
     examples.loss_fn(dpcourse.DataParallel(model, devices=dpcourse.devices(4))(x), y).backward()
@@ -252,9 +254,9 @@ print("weight of each sample's loss:", [f"1/{round(1 / w)}" for w in per_sample.
 quiz.ask("07-batchnorm-last-chunk")
 
 # %% tags=["reveals-answer"]
-print("one device, all 10 rows:", list(examples.make_model(batchnorm=True)(x).shape))
+print("one device, all 10 rows:", list(examples.make_model(batchnorm=True).to(devices[0])(x).shape))
 try:
-    dpcourse.DataParallel(examples.make_model(batchnorm=True), devices=dpcourse.devices(4))(x)
+    dpcourse.DataParallel(examples.make_model(batchnorm=True).to(devices[0]), devices=dpcourse.devices(4))(x)
 except Exception as error:  # whatever it raises
     lines = str(error).strip().splitlines()
     print(lines[0], "...", lines[-1], sep="\n")
@@ -276,7 +278,7 @@ class Scaled(nn.Module):
 
 
 try:
-    dpcourse.DataParallel(Scaled(), devices=dpcourse.devices(4))(x, temperature=torch.tensor([2.0]))
+    dpcourse.DataParallel(Scaled().to(devices[0]), devices=dpcourse.devices(4))(x, temperature=torch.tensor([2.0]))
 except TypeError as error:
     lines = str(error).strip().splitlines()
     print(lines[0], "...", lines[-1], sep="\n")
@@ -289,7 +291,7 @@ except TypeError as error:
 
 # %%
 try:
-    dpcourse.DataParallel(Scaled(), devices=dpcourse.devices(4))(x[:1], temperature=2.0)
+    dpcourse.DataParallel(Scaled().to(devices[0]), devices=dpcourse.devices(4))(x[:1], temperature=2.0)
 except TypeError as error:
     lines = str(error).strip().splitlines()
     print(lines[0], "...", lines[-1], sep="\n")
@@ -309,9 +311,9 @@ data = torch.utils.data.TensorDataset(*examples.make_batch(22))
 loader = torch.utils.data.DataLoader(data, batch_size=8, drop_last=True)
 print("batch sizes:", [len(xb) for xb, _ in torch.utils.data.DataLoader(data, batch_size=8)],
       "| with drop_last=True:", [len(xb) for xb, _ in loader])
-bn_dp = dpcourse.DataParallel(examples.make_model(batchnorm=True), devices=dpcourse.devices(4))
+bn_dp = dpcourse.DataParallel(examples.make_model(batchnorm=True).to(devices[0]), devices=dpcourse.devices(4))
 print("BatchNorm with 8 rows on 4 devices:", [list(bn_dp(xb).shape) for xb, _ in loader])
-scaled_dp = dpcourse.DataParallel(Scaled(), devices=dpcourse.devices(4))
+scaled_dp = dpcourse.DataParallel(Scaled().to(devices[0]), devices=dpcourse.devices(4))
 print("temperature as a float:", list(scaled_dp(x, temperature=2.0).shape))
 
 # %% [markdown]
@@ -346,11 +348,11 @@ class Tagger(nn.Module):
         return pad_packed_sequence(out, batch_first=True, total_length=pad_to)[0]
 
 
-sequences = torch.randn(4, 6, 3, generator=torch.Generator().manual_seed(0))  # 4 sequences padded to 6 steps
-lengths = torch.tensor([6, 4, 3, 2])
+sequences = torch.randn(4, 6, 3, generator=torch.Generator().manual_seed(0)).to(devices[0])  # padded to 6 steps
+lengths = torch.tensor([6, 4, 3, 2])  # pack_padded_sequence wants the lengths on the CPU
 torch.manual_seed(0)
 try:
-    dpcourse.DataParallel(Tagger(), devices=dpcourse.devices(2))(sequences, lengths)
+    dpcourse.DataParallel(Tagger().to(devices[0]), devices=dpcourse.devices(2))(sequences, lengths)
 except RuntimeError as error:
     print(error)
 
@@ -362,7 +364,7 @@ except RuntimeError as error:
 
 # %%
 torch.manual_seed(0)
-tagger = Tagger(total_length=True)
+tagger = Tagger(total_length=True).to(devices[0])
 out = dpcourse.DataParallel(tagger, devices=dpcourse.devices(2))(sequences, lengths)
 print("output:", list(out.shape), "| equals one device:", torch.allclose(out, tagger(sequences, lengths), atol=1e-6))
 
@@ -380,9 +382,9 @@ class WithState(nn.Module):
         return self.lstm(x, (h0, c0))[0]
 
 
-h0 = torch.zeros(2, 4, 2)  # (layers, batch, hidden)
+h0 = torch.zeros(2, 4, 2, device=devices[0])  # (layers, batch, hidden)
 try:
-    dpcourse.DataParallel(WithState(), devices=dpcourse.devices(2))(sequences, h0, h0.clone())
+    dpcourse.DataParallel(WithState().to(devices[0]), devices=dpcourse.devices(2))(sequences, h0, h0.clone())
 except RuntimeError as error:
     lines = str(error).strip().splitlines()
     print(lines[0], "...", lines[-1], sep="\n")
@@ -409,7 +411,8 @@ for i, (piece,) in enumerate(dpcourse.scatter((packed,), dpcourse.devices(2))):
 # ### Exercise: a training loop on n devices
 # Write `train_on_devices(model, x, y, n, steps, lr)`: train `model` for `steps` steps of plain SGD
 # (`p -= lr * p.grad`, or `examples.sgd_step(model, lr)`) on the batch `x, y`, with `dpcourse.DataParallel` on
-# `n` devices, and return the model. The check compares the weights with the same steps on one device.
+# `n` devices, and return the model. The check passes `model`, `x` and `y` already on `devices[0]` and compares
+# the weights with the same steps on one device.
 
 # %% tags=["solution"]
 def train_on_devices(model, x, y, n, steps, lr):
@@ -469,17 +472,17 @@ def load_into_bare(model, state):
 
 
 # %%
-wrapped = dpcourse.DataParallel(examples.make_model(seed=3), devices=dpcourse.devices(2))
+wrapped = dpcourse.DataParallel(examples.make_model(seed=3).to(devices[0]), devices=dpcourse.devices(2))
 for saved in (wrapped.state_dict(), wrapped.module.state_dict()):
-    loaded = load_into_bare(examples.make_model(), saved)
+    loaded = load_into_bare(examples.make_model().to(devices[0]), saved)
     assert examples.max_weight_difference(loaded, wrapped.module) == 0
 print("exercise 1: both checkpoints load into the bare model")
 
 # %% tags=["solution"]
 def trains_on_four_devices(batch):
-    bn_dp = dpcourse.DataParallel(examples.make_model(batchnorm=True), devices=dpcourse.devices(4))
+    bn_dp = dpcourse.DataParallel(examples.make_model(batchnorm=True).to(devices[0]), devices=dpcourse.devices(4))
     try:
-        bn_dp(examples.make_batch(batch)[0])
+        bn_dp(examples.make_batch(batch, device=devices[0])[0])
     except ValueError:
         return False
     return True

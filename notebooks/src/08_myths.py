@@ -29,6 +29,8 @@ from torch import nn
 import dpcourse
 from dpcourse import examples, exercises, quiz
 
+devices = dpcourse.devices(4)  # every model goes to devices[0] before it is wrapped, as torch requires
+
 # %% [markdown]
 # ## Myths, run and corrected
 # ### "…making it a form of *model parallelism*"
@@ -42,12 +44,12 @@ quiz.ask("08-not-model-parallel")
 # reports the weight it multiplies by and the rows it got:
 
 # %% tags=["reveals-answer"]
-model = examples.make_model()
+model = examples.make_model().to(devices[0])
 seen = []
 model[0].register_forward_hook(
     lambda layer, args, out: seen.append((threading.current_thread().name, list(layer.weight.shape), len(args[0])))
 )
-x, y = examples.make_batch(12)
+x, y = examples.make_batch(12, device=devices[0])
 dpcourse.DataParallel(model, devices=dpcourse.devices(3))(x)
 for thread, weight, rows in sorted(seen):
     print(f"{thread}: weight {weight}, {rows} of the 12 rows")
@@ -76,7 +78,8 @@ from torch.nn.utils.rnn import pad_sequence
 
 generator = torch.Generator().manual_seed(0)
 padded = pad_sequence([torch.randn(n, 10, generator=generator) for n in (10, 20, 30, 40)], batch_first=True)
-layer = nn.Linear(10, 20)
+padded = padded.to(devices[0])
+layer = nn.Linear(10, 20).to(devices[0])
 for n in (2, 4):
     out = dpcourse.DataParallel(layer, devices=dpcourse.devices(n))(padded)
     print(f"{n} devices: {list(padded.shape)} -> {list(out.shape)}, equal to one device: {torch.allclose(out, layer(padded))}")
@@ -109,11 +112,12 @@ class SlowReplica1(nn.Module):
 
 
 start = time.perf_counter()
-losses = examples.train(dpcourse.DataParallel(SlowReplica1(), devices=dpcourse.devices(2)), steps=3)
+losses = examples.train(dpcourse.DataParallel(SlowReplica1().to(devices[0]), devices=dpcourse.devices(2)), steps=3)
 late = time.perf_counter() - start >= 3 * 0.05
 print("3 steps finished, losses:", [round(loss, 4) for loss in losses])
 print("every step waited for the slow replica:", late)
-print("same losses as one device:", torch.allclose(torch.tensor(losses), torch.tensor(examples.train(examples.make_model(), steps=3))))
+one_device = examples.train(examples.make_model().to(devices[0]), steps=3)
+print("same losses as one device:", torch.allclose(torch.tensor(losses), torch.tensor(one_device)))
 
 # %% [markdown]
 # **Correction.** Overhead, like a slow replica, makes each step *longer*: `parallel_apply` waits for every
@@ -134,7 +138,7 @@ quiz.ask("08-batchnorm-running-mean")
 halves = torch.cat([torch.zeros(4, 1), torch.full((4, 1), 10.0)])
 one_device, two_devices = nn.BatchNorm1d(1, momentum=1.0), nn.BatchNorm1d(1, momentum=1.0)
 one_device(halves)
-dpcourse.DataParallel(two_devices, devices=dpcourse.devices(2))(halves)
+dpcourse.DataParallel(two_devices.to(devices[0]), devices=dpcourse.devices(2))(halves)
 print("running_mean on one device:", one_device.running_mean.item(), "| on 2 devices:", two_devices.running_mean.item())
 
 # %% [markdown]
@@ -161,11 +165,11 @@ print("running_mean on one device:", one_device.running_mean.item(), "| on 2 dev
 
 # %% [markdown]
 # ## The seeds' code, run and corrected
-# The articles' own examples, run as written with three changes, because this machine may have no GPU:
+# The articles' own examples, run as written with three changes, so that they run on any machine:
 # `nn.DataParallel(model)` becomes `dpcourse.DataParallel(model, devices=dpcourse.devices(n))`, `.cuda()`
-# and `.to('cuda')` are dropped, and the `if torch.cuda.device_count() > 1:` guards go (they would skip
-# DataParallel here). `super(MyModel, self).__init__()` is written `super().__init__()`, which means the
-# same.
+# and `.to('cuda')` become `.to(devices[0])` (a GPU where there is one), and the
+# `if torch.cuda.device_count() > 1:` guards go (they would skip DataParallel on one GPU or none).
+# `super(MyModel, self).__init__()` is written `super().__init__()`, which means the same.
 #
 # ### "How can PyTorch DataParallel be used with a custom model?", Example 1: "A Basic Compliant Model"
 # **Predict:** does this model need any change to run under DataParallel?
@@ -187,8 +191,9 @@ class MyModel(nn.Module):
 
 torch.manual_seed(0)
 model = MyModel()
-inputs = torch.randn(4, 10)
+inputs = torch.randn(4, 10).to(devices[0])
 model = dpcourse.DataParallel(model, devices=dpcourse.devices(2))  # article: model = DataParallel(model)
+model.to(devices[0])  # article: model.to('cuda'), its last line
 print("output shape:", model(inputs).shape, "| equal to one device:", torch.allclose(model(inputs), model.module(inputs)))
 
 # %% [markdown]
@@ -229,9 +234,9 @@ class MyModel(nn.Module):
 
 
 torch.manual_seed(0)
-model = MyModel()
+model = MyModel().to(devices[0])
 oracle = examples.twin(model)
-inputs = torch.randn(6, 10)
+inputs = torch.randn(6, 10).to(devices[0])
 dpcourse.DataParallel(model, devices=dpcourse.devices(2))(inputs).pow(2).mean().backward()
 oracle(inputs).pow(2).mean().backward()
 print("MyCustomLayer: gradients equal the one-device oracle's:", examples.max_grad_difference(model, oracle) < 1e-5)
@@ -263,7 +268,7 @@ def first_and_last_line(error):
 
 inputs = torch.randn(4, 10)
 for label, run in [("no DataParallel", ProblematicModel()),
-                   ("2 devices", dpcourse.DataParallel(ProblematicModel(), devices=dpcourse.devices(2)))]:
+                   ("2 devices", dpcourse.DataParallel(ProblematicModel().to(devices[0]), devices=dpcourse.devices(2)))]:
     try:
         run(inputs)
     except RuntimeError as error:
@@ -290,7 +295,7 @@ class ParameterState(nn.Module):
 
 for n in (1, 2):
     try:
-        dpcourse.DataParallel(ParameterState(), devices=dpcourse.devices(n))(inputs)
+        dpcourse.DataParallel(ParameterState().to(devices[0]), devices=dpcourse.devices(n))(inputs)
     except RuntimeError as error:
         print(f"{n} device(s): {first_and_last_line(error)}")
 
@@ -313,11 +318,11 @@ class ReturnedState(nn.Module):
         return self.linear(x), torch.sum(x, dim=0, keepdim=True)  # one (1, 10) row per replica
 
 
-fixed = ReturnedState()
+fixed = ReturnedState().to(devices[0])
 output, partial_sums = dpcourse.DataParallel(fixed, devices=dpcourse.devices(2))(inputs)
 fixed.internal_state += partial_sums.sum(dim=0)  # outside forward: one update, from every replica's rows
 print("partial sums gathered:", list(partial_sums.shape), "| state equals the full-batch sum:",
-      torch.allclose(fixed.internal_state, inputs.sum(dim=0)))
+      torch.allclose(fixed.internal_state, inputs.to(devices[0]).sum(dim=0)))
 
 # %% [markdown]
 # ### "Why is training not starting with nn.DataParallel?", Example 1: padded sequences "will not work when using the DataParallel"
@@ -353,7 +358,7 @@ def seed_loop(n_devices):
     dataset = CustomDataset([10, 20, 30, 40, 5, 15, 25, 35])
     dataloader = DataLoader(dataset, batch_size=4, shuffle=False,
                             collate_fn=lambda batch: torch.nn.utils.rnn.pad_sequence(batch, batch_first=True))
-    model = SimpleModel(10, 20)
+    model = SimpleModel(10, 20).to(devices[0])  # the fix: model, inputs and target on devices[0], always
     criterion = nn.MSELoss()
     optimizer = torch.optim.Adam(model.parameters())
     if n_devices > 1:  # article: if torch.cuda.device_count() > 1: model = nn.DataParallel(model); model.cuda()
@@ -361,8 +366,8 @@ def seed_loop(n_devices):
     shapes, losses = [], []
     for inputs in dataloader:
         optimizer.zero_grad()
-        output = model(inputs)
-        target = torch.randn(output.shape)
+        output = model(inputs.to(devices[0]))
+        target = torch.randn(output.shape).to(devices[0])
         loss = criterion(output, target)
         loss.backward()
         optimizer.step()
@@ -379,7 +384,8 @@ for n in (1, 2, 4):
 # **False.** Same shapes and same losses on every device count: padding is invisible to DataParallel. The
 # script's real bug is its device guard: it moves the model and inputs only when there are **more than
 # one** GPU, but `target` whenever there is **at least one**, so on a single-GPU machine `criterion` gets a
-# CPU output and a CUDA target and fails with a device mismatch, no DataParallel involved.
+# CPU output and a CUDA target and fails with a device mismatch, no DataParallel involved. Above, model, inputs
+# and target go to `devices[0]` whatever the count: the fix.
 #
 # ### "Why is training not starting with nn.DataParallel?", Example 3: `torch.matmul(x, self.weight)` "may not have correct device affinity"
 # **Predict:** which weight does each replica multiply by: your model's `Parameter` object, or another tensor?
@@ -408,14 +414,14 @@ class ModelWithCustomLayer(nn.Module):
 
 
 torch.manual_seed(0)
-model = ModelWithCustomLayer(100, 50)
+model = ModelWithCustomLayer(100, 50).to(devices[0])
 oracle = examples.twin(model)
 original = model.custom_layer.weight
 weights_seen = []
 model.custom_layer.register_forward_pre_hook(
     lambda layer, args: weights_seen.append((threading.current_thread().name, layer.weight is original))
 )
-input_tensor, target = torch.randn(32, 100), torch.randn(32, 50)
+input_tensor, target = torch.randn(32, 100).to(devices[0]), torch.randn(32, 50).to(devices[0])
 nn.MSELoss()(dpcourse.DataParallel(model, devices=dpcourse.devices(2))(input_tensor), target).backward()
 nn.MSELoss()(oracle(input_tensor), target).backward()
 print("replica uses the original weight object:", sorted(weights_seen))
@@ -464,7 +470,7 @@ class MyModule(nn.Module):
         return x
 
 
-counted = MyModule()
+counted = MyModule().to(devices[0])
 dp = dpcourse.DataParallel(counted, devices=dpcourse.devices(2))
 for _ in range(3):
     dp(torch.zeros(4, 1))
@@ -516,9 +522,9 @@ exercises.check("per_sample_loss", per_sample_loss)
 # %% tags=["solution"]
 def example2_difference(n=4, batch=10):
     torch.manual_seed(0)
-    model = MyModel()
+    model = MyModel().to(devices[0])
     oracle = examples.twin(model)
-    inputs = torch.randn(batch, 10)
+    inputs = torch.randn(batch, 10).to(devices[0])
     dpcourse.DataParallel(model, devices=dpcourse.devices(n))(inputs).pow(2).mean().backward()
     oracle(inputs).pow(2).mean().backward()
     return examples.max_grad_difference(model, oracle)
@@ -530,13 +536,13 @@ print("exercise 1: the custom parameter's gradient matches on 4 devices")
 
 # %% tags=["solution"]
 def accumulate(batch, n):
-    model = ReturnedState()
+    model = ReturnedState().to(devices[0])
     _, partial_sums = dpcourse.DataParallel(model, devices=dpcourse.devices(n))(batch)
     model.internal_state += partial_sums.sum(dim=0)
     return model
 
 
 # %%
-batch = torch.randn(7, 10, generator=torch.Generator().manual_seed(3))
+batch = torch.randn(7, 10, generator=torch.Generator().manual_seed(3)).to(devices[0])
 assert torch.allclose(accumulate(batch, 3).internal_state, batch.sum(dim=0))
 print("exercise 2: every replica's rows counted once")

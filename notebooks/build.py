@@ -61,6 +61,8 @@ STUB = '{indent}raise NotImplementedError("Your code here: write this, then run 
 SOLUTION_TAG = "solution"  # a code cell holding an exercise's answer
 REVEALS_ANSWER_TAG = "reveals-answer"  # a code cell whose output gives away a quiz above it
 WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
+CHECK_CALL = re.compile(r'exercises\.check\("(\w+)"')  # a check cell: nbgrader grades it
+DEFINES = re.compile(r"^(?:def|class) (\w+)", re.MULTILINE)
 
 
 def without_solutions(code: str) -> str:
@@ -75,6 +77,7 @@ def add_classroom_metadata(notebook: nbformat.NotebookNode, edition: str = "inst
     name for hidden outputs, which the classic notebook and nbconvert's templates read. The student edition
     shows its solution cells open: their stubs are the learner's to edit. Cell ids follow the order.
     """
+    grade_ids: dict[str, int] = {}
     for index, cell in enumerate(notebook.cells):
         cell.id = f"cell-{index}"  # not random, so that a rebuild changes only what changed
         starts_slide = cell.cell_type == "markdown" and cell.source.startswith(("# ", "## "))
@@ -82,6 +85,12 @@ def add_classroom_metadata(notebook: nbformat.NotebookNode, edition: str = "inst
         if cell.cell_type != "code":
             continue
         tags = cell.metadata.get("tags", [])
+        grading = nbgrader_metadata(cell)
+        if grading:
+            uses = grade_ids[grading["grade_id"]] = grade_ids.get(grading["grade_id"], 0) + 1
+            if uses > 1:  # two cells define or check the same names: number the later ones
+                grading["grade_id"] += f"-{uses}"
+            cell.metadata["nbgrader"] = grading
         hidden = {}
         if SOLUTION_TAG in tags and edition == "instructor":
             hidden["source_hidden"] = True
@@ -92,12 +101,32 @@ def add_classroom_metadata(notebook: nbformat.NotebookNode, edition: str = "inst
             cell.metadata["jupyter"] = hidden
 
 
+def nbgrader_metadata(cell: nbformat.NotebookNode) -> dict | None:
+    """nbgrader's metadata for a code cell (schema 3), so that its whole pipeline runs on the course as it is.
+
+    A ``solution`` cell is the learner's to write; a cell that calls ``exercises.check("name", ...)`` is an
+    autograded test worth one point, locked (under nbgrader a check that did not pass raises, see
+    ``dpcourse.exercises.check``). Grade ids come from what the cell defines or checks, so they stay the same when
+    cells are added around it.
+    """
+    checked = CHECK_CALL.findall(cell.source)
+    if checked:
+        return {"grade": True, "grade_id": f"check-{'-'.join(checked)}", "locked": True, "points": len(checked),
+                "schema_version": 3, "solution": False, "task": False}
+    if SOLUTION_TAG in cell.metadata.get("tags", []):
+        defined = DEFINES.findall(cell.source) or ["answer"]
+        return {"grade": False, "grade_id": f"solution-{'-'.join(defined)}", "locked": False,
+                "schema_version": 3, "solution": True, "task": False}
+    return None
+
+
 def remove_classroom_metadata(notebook: nbformat.NotebookNode) -> None:
     """Undo ``add_classroom_metadata`` and drop what running left behind, leaving what the source holds."""
     for cell in notebook.cells:
         cell.metadata.pop("slideshow", None)
         cell.metadata.pop("jupyter", None)
         cell.metadata.pop("collapsed", None)
+        cell.metadata.pop("nbgrader", None)
         if cell.cell_type == "code":
             cell.outputs, cell.execution_count = [], None
 

@@ -3,15 +3,21 @@
     report = exercises.check("chunk_sizes", chunk_sizes)
 
 A check never raises and never shows a traceback: a case that raises is a failed case, with the exception's
-type and first line. If the learner has not written the function yet (it still raises the stub's
-``NotImplementedError``), the report says "not attempted yet" and nothing fails, so "Run All" on an untouched
-student notebook completes.
+type, its first line and the learner's own line that raised it. (Under nbgrader's autograder a check that did
+not pass raises, so that its cell scores 0: see ``_graded``.) If the learner has not written the function yet
+(it still raises the stub's ``NotImplementedError``), the report says "not attempted yet" and nothing fails,
+so "Run All" on an untouched student notebook completes.
 """
 
 import dataclasses
 import html
 import math
+import os
+import site
+import sysconfig
+import traceback
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -110,10 +116,10 @@ def run(exercise: Exercise, function: Callable) -> Report:
         try:
             answer = exercise.call(function, case) if exercise.call else function(*case.args)
         except NotImplementedError:
-            return Report(exercise, [], NOT_ATTEMPTED)
-        except Exception as error:  # a learner's bug is a failed case, shown as one line, never a traceback
+            return _graded(Report(exercise, [], NOT_ATTEMPTED))
+        except Exception as error:  # a learner's bug is a failed case, shown as two lines, never a traceback
             first_line = str(error).splitlines()[0] if str(error) else ""
-            outcomes.append(Outcome(case, FAILED, f"raised {type(error).__name__}: {first_line}"))
+            outcomes.append(Outcome(case, FAILED, f"raised {type(error).__name__}: {first_line}{_own_line(error)}"))
             continue
         try:
             difference = exercise.judge(case, answer)
@@ -121,7 +127,27 @@ def run(exercise: Exercise, function: Callable) -> Report:
             difference = f"the answer could not be checked ({type(error).__name__}: {error})"
         outcomes.append(Outcome(case, FAILED, difference) if difference else Outcome(case, PASSED))
     status = PASSED if all(o.verdict == PASSED for o in outcomes) else FAILED
-    return Report(exercise, outcomes, status)
+    return _graded(Report(exercise, outcomes, status))
+
+
+def _graded(report: Report) -> Report:
+    """Under nbgrader (``nbgrader autograde`` or ``validate`` set ``NBGRADER_EXECUTION``), a check that did not
+    pass raises, so the check cell, an autograded test cell, scores 0; in a lesson it never raises."""
+    if os.environ.get("NBGRADER_EXECUTION") and not report.passed:
+        raise AssertionError(f"{report.exercise.name}: {report._headline()}")
+    return report
+
+
+def _own_line(error: BaseException) -> str:
+    """Where the learner's own code raised: `` (line 3 of chunk_sizes: return batch // n)``, from the last frame
+    of the traceback that is neither dpcourse's nor an installed package's (a notebook cell is neither)."""
+    library = (str(Path(__file__).resolve().parents[1]), *site.getsitepackages(), sysconfig.get_paths()["stdlib"])
+    own = [frame for frame in traceback.extract_tb(error.__traceback__)
+           if not str(Path(frame.filename).resolve()).startswith(library)]
+    if not own or not own[-1].line:
+        return ""
+    frame = own[-1]
+    return f" (line {frame.lineno} of {frame.name}: {frame.line.strip()})"
 
 
 def first_difference(expected: Any, got: Any, where: str = "answer", atol: float = 1e-6) -> str | None:

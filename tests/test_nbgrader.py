@@ -1,0 +1,59 @@
+"""nbgrader's whole pipeline on the course as it is: generate_assignment, then autograde a correct and a wrong
+submission of lessons 02 (exercises) and 12 (the capstone), with no extra flags (docs/instructor.md)."""
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+
+NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
+LESSONS = ("02_scatter", "12_capstone")
+WRONG_CHUNK_SIZES = "    return [batch // n] * n  # plausible, wrong: drops the remainder\n"
+
+
+def _nbgrader(root: Path, *args: str) -> None:
+    # As an instructor runs it: nbgrader's alembic on PATH, and no placement check (tests/ipython) in its kernels.
+    environment = {name: value for name, value in os.environ.items() if name != "IPYTHONDIR"}
+    environment["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"
+    done = subprocess.run([sys.executable, "-m", "nbgrader", *args, f"--CourseDirectory.root={root}"],
+                          cwd=root, env=environment, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+
+
+def _write_wrong_chunk_sizes(path: Path) -> None:
+    notebook = nbformat.read(path, as_version=4)
+    (cell,) = [c for c in notebook.cells if c.cell_type == "code" and c.source.startswith("def chunk_sizes")]
+    stub = r"(?m)^    # YOUR CODE HERE\n    raise NotImplementedError\(\)\n?"
+    cell.source = re.sub(stub, WRONG_CHUNK_SIZES, cell.source)
+    assert WRONG_CHUNK_SIZES in cell.source, cell.source
+    nbformat.write(notebook, path)
+
+
+@pytest.mark.slow
+def test_nbgrader_releases_and_autogrades_the_lessons_with_no_extra_flags(tmp_path):
+    from nbgrader.api import Gradebook
+
+    source = tmp_path / "source" / "dp"
+    source.mkdir(parents=True)
+    for lesson in LESSONS:
+        shutil.copy(NOTEBOOKS / f"{lesson}.ipynb", source)
+    _nbgrader(tmp_path, "generate_assignment", "dp")
+    released = tmp_path / "release" / "dp"
+    assert "raise NotImplementedError()" in (released / "02_scatter.ipynb").read_text()
+
+    for learner, origin in (("right", source), ("wrong", released)):
+        shutil.copytree(origin, tmp_path / "submitted" / learner / "dp")
+    _write_wrong_chunk_sizes(tmp_path / "submitted" / "wrong" / "dp" / "02_scatter.ipynb")
+    _nbgrader(tmp_path, "autograde", "dp")
+
+    with Gradebook(f"sqlite:///{tmp_path / 'gradebook.db'}") as gradebook:
+        right, wrong = (gradebook.find_submission("dp", learner) for learner in ("right", "wrong"))
+        assert right.max_score >= 8 and right.score == right.max_score
+        assert wrong.score == 0
+        chunk_sizes = gradebook.find_grade("check-chunk_sizes", "02_scatter", "dp", "wrong")
+        assert chunk_sizes.max_score == 1 and chunk_sizes.score == 0

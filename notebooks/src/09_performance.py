@@ -125,11 +125,11 @@ widgets.Timeline(model="many-layers", batch=64, devices=2)
 
 # %% [markdown]
 # ### The same step, recorded on a GPU
-# Every run above used CPU devices. `dpcourse.recording` ships one step recorded on a data-centre GPU: the
+# The stored runs above used CPU devices. `dpcourse.recording` ships one step recorded on a data-centre GPU: the
 # same MLP, batch 256 and `dp(x).pow(2).mean().backward()`, on 1 to 4 replicas that all share the one GPU,
 # its spans timed by CUDA events on the GPU's stream. It was made with `python -m dpcourse.recording`,
 # which any CUDA machine can run again. The cell prints what it recorded, then draws the 3-replica step
-# next to your CPU run above:
+# next to your run above (CPU devices in the stored outputs):
 
 # %%
 from dpcourse import recording
@@ -151,7 +151,7 @@ viz.timeline(recorded, gpu.label)
 # What the recording shows:
 # - **Backward left the main thread.** Gather's backward, every replica's backward and reduce-add ran on
 #   `Dummy-1`, the name Python gives a thread it did not start: the autograd engine's worker thread for
-#   `cuda:0`. On the CPU run above they all ran on MainThread.
+#   `cuda:0`. On CPU devices, as in the stored run above, they all ran on MainThread.
 # - **On one GPU, DataParallel only adds.** With 2 to 4 replicas the step took 4.0 to 6.3 times as long as
 #   the model alone (the cell's first lines). All replicas share the GPU's one current stream (its
 #   `parallel_apply` runs each replica under `torch.cuda.current_stream(device)`, as torch's does), so their
@@ -188,9 +188,9 @@ for n, span in zip((2, 2, 3, 3, 4, 4), t.steps("replicate")):
 # %% [markdown]
 # At every forward DataParallel builds the replicas again and throws them away after the step. Two forwards,
 # two full copies: `(n - 1) ×` the parameter bytes, every step, because replica 0 uses the
-# original tensors. On GPUs these bytes leave `devices[0]` before any replica can start, and reduce-add
-# brings the same amount back in backward. Caching the replicas between steps was proposed and not merged
-# (pytorch/pytorch#4216, #17540): the weights change at every optimizer step, so a cache must be
+# original tensors. On separate GPUs these bytes leave `devices[0]` before any replica can start, and
+# reduce-add brings the same amount back in backward. Caching the replicas between steps was proposed and
+# not merged (pytorch/pytorch#4216, #17540): the weights change at every optimizer step, so a cache must be
 # re-broadcast anyway, and reviewers did not want hidden state in a wrapper that behaves as stateless.
 # The maintainers' later answer was DistributedDataParallel, which builds its copy once (lesson 10).
 #

@@ -8,7 +8,7 @@ import torch
 
 import dpcourse
 from dpcourse import examples
-from dpcourse.timing import StepTimes, cuda_seconds, synchronized_clock, timed_step
+from dpcourse.timing import StepTimes, cuda_seconds, synchronized_clock, timed_step, wall_time
 
 
 def test_a_timed_step_is_a_plain_training_step_with_sgd():
@@ -48,3 +48,9 @@ def test_cuda_seconds_counts_the_gpu_work_not_only_its_launch():
     launch_seconds = time.perf_counter() - launched
     torch.cuda.synchronize()
     assert cuda_seconds(lambda: torch.cuda._sleep(1_000_000), [0]) > launch_seconds
+
+
+def test_wall_time_reads_the_clock_it_is_given_around_the_step():
+    readings, ran = iter([10.0, 10.25]), []
+    sample = wall_time(lambda: ran.append(True), clock=lambda: next(readings))  # a GPU passes synchronized_clock
+    assert sample() == 0.25 and ran == [True]

@@ -5,7 +5,10 @@
     steps = scaler_steps()                                         # GradScaler skipping steps on overflow
 
 CPU autocast computes in bfloat16 by default, float16 when asked (``torch.autocast("cpu", dtype=torch.float16)``);
-``torch.amp.GradScaler("cpu")`` works as on a GPU.
+``torch.amp.GradScaler("cpu")`` works as on a GPU. The threads' dtypes run on the CPU, on a GPU machine too:
+``torch.autocast("cpu")`` casts CPU tensors only, so a replica on ``cuda:0`` would compute in float32; their
+DataParallel gets explicit CPU devices. ``scaler_steps`` trains on ``dpcourse.devices(n)``, with autocast and
+``GradScaler`` of ``devices[0]``'s type: the CPU's on CPU devices, CUDA's on a GPU.
 """
 
 import dataclasses
@@ -18,7 +21,10 @@ from torch import nn
 
 from . import examples
 from .data_parallel import DataParallel
-from .devices import devices
+from .devices import devices as devices_for
+
+# The devices of ``thread_dtypes``' DataParallel: the CPU, whatever the machine has (see the docstring).
+CPU = torch.device("cpu")
 
 
 def computed_dtypes(module: nn.Module, run: Callable[[], Any]) -> list[tuple[str, torch.dtype]]:
@@ -80,7 +86,7 @@ def in_torch_style_worker(function: Callable[..., Any], *args: Any, device_type:
 WAYS: dict[str, Callable[[nn.Module, torch.Tensor], Any]] = {
     "main thread": lambda model, x: model(x),
     "plain threading.Thread": in_plain_thread,
-    "dpcourse.DataParallel, 2 devices": lambda model, x: DataParallel(model, devices=devices(2))(x),
+    "dpcourse.DataParallel, 2 CPU devices": lambda model, x: DataParallel(model, devices=[CPU, CPU])(x),
     "torch's worker, re-enacted": in_torch_style_worker,
 }
 
@@ -205,23 +211,26 @@ class ScalerStep:
 def scaler_steps(
     steps: int = 12, init_scale: float = 2.0**24, growth_interval: int = 3, lr: float = 0.1, n_devices: int = 1
 ) -> list[ScalerStep]:
-    """Train the course model under float16 autocast with ``torch.amp.GradScaler("cpu")``; record every step.
+    """Train the course model under float16 autocast with ``torch.amp.GradScaler``; record every step.
 
     ``init_scale`` is set too high on purpose: the scaled gradients overflow float16, the scaler skips those
     steps and halves the scale (``backoff_factor=0.5``) until they fit; after ``growth_interval`` steps in a
     row without an inf it doubles the scale again (``growth_factor=2``). With ``n_devices`` > 1 the forward
     runs through ``DataParallel``; the scaler and the optimizer see the original model's parameters either way.
-    The optimizer is ``PlainSGD``: ``GradScaler`` treats it as any torch optimizer.
+    The optimizer is ``PlainSGD``: ``GradScaler`` treats it as any torch optimizer. It runs on
+    ``dpcourse.devices(n_devices)``; autocast and the scaler take ``devices[0]``'s type (``"cpu"`` or ``"cuda"``).
     """
-    model = examples.make_model()
-    runner = model if n_devices == 1 else DataParallel(model, devices=devices(n_devices))
+    devices = devices_for(n_devices)
+    kind = devices[0].type  # torch.autocast and GradScaler work per device type: where the model is
+    model = examples.make_model().to(devices[0])
+    runner = model if n_devices == 1 else DataParallel(model, devices=devices)
     optimizer = PlainSGD(model, lr)
-    scaler = torch.amp.GradScaler("cpu", init_scale=init_scale, growth_interval=growth_interval)
-    x, y = examples.make_batch(64)
+    scaler = torch.amp.GradScaler(kind, init_scale=init_scale, growth_interval=growth_interval)
+    x, y = examples.make_batch(64, device=devices[0])
     history = []
     for _ in range(steps):
         optimizer.zero_grad()
-        with torch.autocast("cpu", dtype=torch.float16):
+        with torch.autocast(kind, dtype=torch.float16):
             loss = examples.loss_fn(runner(x), y)
         scale = scaler.get_scale()
         scaler.scale(loss).backward()  # the loss times the scale: every gradient is scaled too

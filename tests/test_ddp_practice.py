@@ -151,15 +151,22 @@ def test_sync_batchnorm1d_matches_torchs_sync_batchnorm_on_gpus():
             torch.testing.assert_close(rank["dpcourse"][what], rank["torch"][what], rtol=1e-5, atol=1e-5)
 
 
+def _losses(printed: str) -> list[str]:
+    return [line for line in printed.splitlines() if line.startswith("epoch")]
+
+
 def test_the_ddp_script_under_torchrun_reaches_the_dataparallel_scripts_weights(tmp_path, capsys):
     train_dp.main(["--devices", "2", "--out", str(tmp_path / "dp.pt")])
     dp_printed = capsys.readouterr().out
     saved = tmp_path / "ddp.pt"
     ran = run_torchrun("dpcourse.scripts.train_ddp", ["--out", str(saved)],
-                       finished=lambda out: out == dp_printed and saved.exists())
+                       finished=lambda out: _losses(out) == _losses(dp_printed) and saved.exists())
     assert ran.returncode == 0, f"stdout:\n{ran.stdout}\nstderr:\n{ran.stderr}"
-    assert ran.stdout == dp_printed  # rank 0 prints the average of every rank's loss: the same numbers
-    dp, ddp = torch.load(tmp_path / "dp.pt"), torch.load(saved)
+    # rank 0 says where the ranks run (here: CPU devices, so the CPU and gloo), then prints the average of every
+    # rank's loss: the same numbers as the DataParallel script's
+    assert ran.stdout.splitlines()[0] == "2 ranks, backend gloo, rank 0 on cpu"
+    assert _losses(ran.stdout) == _losses(dp_printed) and len(_losses(dp_printed)) == 2
+    dp, ddp = (torch.load(path, map_location="cpu") for path in (tmp_path / "dp.pt", saved))
     assert list(dp) == list(ddp)
     for name in dp:
         torch.testing.assert_close(ddp[name], dp[name], rtol=0, atol=1e-6)

@@ -16,7 +16,7 @@ def test_autocast_is_per_thread_and_dpcourse_passes_flag_and_dtype_to_every_repl
         found = precision.thread_dtypes(dtype)
         assert found["main thread"] == [("MainThread", dtype)]
         assert found["plain threading.Thread"] == [("plain-thread", torch.float32)]  # a new thread: autocast off
-        assert found["dpcourse.DataParallel, 2 devices"] == [("replica-0", dtype), ("replica-1", dtype)]
+        assert found["dpcourse.DataParallel, 2 CPU devices"] == [("replica-0", dtype), ("replica-1", dtype)]
         # torch's _worker passes the flag only: the thread's default CPU dtype, whatever the caller asked for
         assert found["torch's worker, re-enacted"] == [("torch-style-worker", torch.bfloat16)]
 

@@ -103,7 +103,8 @@ class Run:
 
     @property
     def max_diff_to_full_batch(self) -> float:
-        return max((g - self.full_batch).abs().max().item() for g in self.grads)
+        # Compared on the rank's device: a rank's gradient came back from its process, the reference was computed here.
+        return max((g - self.full_batch.to(g.device)).abs().max().item() for g in self.grads)
 
     def __str__(self) -> str:
         rows = f"({' + '.join(map(str, self.sizes))}) x {len(self.grads)} ranks = {self.global_batch} rows"

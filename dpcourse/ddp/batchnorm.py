@@ -75,8 +75,9 @@ class BatchNormStep:
     def diff(self, kind: str, what: str) -> list[float]:
         """Per rank: max |rank's ``what`` - one device's|. For ``"output"``, the rank's rows of the reference."""
         rows = self.reference["output"].tensor_split(len(self.ranks))
-        return [max_diff(r[kind][what], rows[i] if what == "output" else self.reference[what])
-                for i, r in enumerate(self.ranks)]
+        found = [r[kind][what] for r in self.ranks]  # a rank's result came back from its process: compare there
+        return [max_diff(f, (rows[i] if what == "output" else self.reference[what]).to(f.device))
+                for i, f in enumerate(found)]
 
     def __str__(self) -> str:
         def row(name: str, values: torch.Tensor) -> str:

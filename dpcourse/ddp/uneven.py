@@ -94,9 +94,10 @@ class Uneven:
         weights = self.ranks[rank][mode]["weights"]
         step = len(weights) - 2
         applied = (weights[-2] - weights[-1]) / LR
-        local = model()
+        here = weights[-2].device  # the rank's weights came back to this process: recompute beside them
+        local = model().to(here)
         vector_to_parameters(weights[-2].clone(), local.parameters())
-        x, y = data(sum(self.batches) * self.batch)
+        x, y = (t.to(here) for t in data(sum(self.batches) * self.batch))
         rows = _rows(self.batches, rank, step, self.batch)
         loss_fn(local(x[rows]), y[rows]).backward()
         own = torch.cat([p.grad.flatten() for p in local.parameters()])

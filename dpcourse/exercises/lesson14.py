@@ -43,10 +43,12 @@ register(Exercise(
 
 
 def _accumulation_case(description: str, batch: int, micro_batch: int, n_devices: int, hint: str = "") -> Case:
-    model, (x, y) = examples.make_model(seed=batch), examples.make_batch(batch, seed=micro_batch)
+    chosen = devices(n_devices)  # the model and the batch on devices[0], where DataParallel gathers the outputs
+    model = examples.make_model(seed=batch).to(chosen[0])
+    x, y = examples.make_batch(batch, seed=micro_batch, device=chosen[0])
     oracle = examples.twin(model)
     examples.loss_fn(oracle(x), y).backward()
-    runner = model if n_devices == 1 else DataParallel(model, devices=devices(n_devices))
+    runner = model if n_devices == 1 else DataParallel(model, devices=chosen)
     return Case(description, (runner, x, y, micro_batch), hint,
                 {"model": model, "expected": [p.grad.clone() for p in oracle.parameters()]})
 

@@ -2,7 +2,9 @@
 
     torchrun --standalone --nproc_per_node=2 -m dpcourse.scripts.train_ddp --epochs 2 --out ddp.pt
 
-torchrun starts the processes and sets RANK, LOCAL_RANK, WORLD_SIZE and the rendezvous address.
+torchrun starts the processes and sets RANK, LOCAL_RANK, WORLD_SIZE and the rendezvous address. A rank takes
+GPU number LOCAL_RANK when every rank on this machine has a GPU of its own, and NCCL; otherwise (2 ranks on
+one GPU, or no GPU) every rank runs on the CPU with gloo, since NCCL needs one GPU per rank.
 """
 
 import argparse
@@ -14,7 +16,7 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, DistributedSampler
 
-import dpcourse
+from dpcourse.ddp.launcher import backend_for
 from dpcourse.scripts.common import BATCH, LR, SEED, make_dataset, make_model
 
 
@@ -28,8 +30,13 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> None:
     args = parse(argv)
     rank, world_size, local_rank = (int(os.environ[name]) for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK"))
-    device = dpcourse.devices(int(os.environ["LOCAL_WORLD_SIZE"]))[local_rank]  # a GPU each, or the CPU
-    dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+    backend = backend_for(int(os.environ["LOCAL_WORLD_SIZE"]))  # "nccl" only if every local rank has a GPU
+    device = torch.device("cuda", local_rank) if backend == "nccl" else torch.device("cpu")
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    dist.init_process_group(backend)
+    if rank == 0:
+        print(f"{world_size} ranks, backend {backend}, rank 0 on {device}", flush=True)
     model = DistributedDataParallel(make_model().to(device), device_ids=[device] if device.type == "cuda" else None)
     optimizer = torch.optim.SGD(model.parameters(), lr=LR)
     dataset = make_dataset()

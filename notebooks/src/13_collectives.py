@@ -13,9 +13,11 @@
 # - where DataParallel's broadcast (replicate) and reduce-add sit in that comparison.
 #
 # Lesson 10 used DDP's all-reduce to average gradients. This lesson opens it.
-# Everything below runs on real ranks: separate processes on the CPU that talk through `torch.distributed`
-# and its gloo backend, started from this notebook by `dpcourse.ddp.launch` (lesson 10, *From threads to
-# processes*).
+# Everything below runs on real ranks: separate processes that talk through `torch.distributed`, started from
+# this notebook by `dpcourse.ddp.launch` (lesson 10, *From threads to processes*). They use the gloo backend,
+# with CPU tensors, unless every rank has a GPU of its own: [NCCL](00_start_here.ipynb#Glossary) needs one GPU
+# per rank, so on a machine with one GPU the ranks use gloo and the CPU. The backend `launch` picks here, by the
+# number of ranks:
 
 # %%
 import torch
@@ -24,6 +26,9 @@ from IPython.display import display
 
 from dpcourse import exercises, quiz, viz
 from dpcourse.ddp import collectives, compare, pointtopoint
+from dpcourse.ddp.launcher import backend_for
+
+print({f"{n} ranks": backend_for(n) for n in (2, 3, 4)})
 
 # %% [markdown]
 # ## What a collective is
@@ -290,7 +295,7 @@ for n, dp in dataparallel.items():
           f"reduce-add took in {dp['reduce-add']:>5,} bytes = {dp['reduce-add'] // S} S")
 
 # %% [markdown]
-# On GPUs, torch hands both copies to [NCCL](00_start_here.ipynb#Glossary) when it can:
+# On GPUs, torch hands both copies to NCCL when it can:
 # `torch/nn/parallel/comm.py: reduce_add` calls `nccl.reduce` when `nccl.is_available(inputs)`, and the
 # C++ `broadcast` behind `broadcast_coalesced` calls `nccl::broadcast` (`torch/csrc/cuda/comm.cpp`). NCCL then
 # decides how the bytes travel between the GPUs, which this CPU-only lesson cannot count. What no algorithm

@@ -10,8 +10,11 @@
 #   the [all-reduces](00_start_here.ipynb#Glossary) but the last, and why the forward must be inside it;
 # - how a short last micro-batch biases the gradient like lesson 06's mean of means, and which weight fixes it.
 #
-# DataParallel runs on 2 CPU devices; DDP runs in 2 processes on gloo, started from this notebook as in
-# lesson 10.
+# DataParallel runs on `dpcourse.devices(2)`, with the model moved to `devices[0]` before it is wrapped. DDP
+# runs in 2 processes started from this notebook as in lesson 10, on [NCCL](00_start_here.ipynb#Glossary) only
+# when every rank has a GPU of its own: NCCL needs one GPU per rank, so on a machine with one GPU (or none) the
+# ranks use gloo and keep their tensors on the CPU (`backend_for` in `dpcourse/ddp/launcher.py`). Both are
+# printed below.
 
 # %%
 import inspect
@@ -20,6 +23,10 @@ import warnings
 import dpcourse
 from dpcourse import accumulation, examples, exercises, quiz, viz
 from dpcourse.ddp import accumulation as ddp_accumulation
+from dpcourse.ddp.launcher import backend_for
+
+devices = dpcourse.devices(2)
+print("DataParallel's devices:", devices, "| the backend of 2 DDP ranks here:", backend_for(2))
 
 # A replica that returns its own mean loss gets lesson 05's "all input tensors were scalars" warning; it is known here.
 warnings.filterwarnings("ignore", message="Was asked to gather along dimension 0")
@@ -59,9 +66,9 @@ quiz.ask("14-divide-by-steps")
 # one device:
 
 # %% tags=["reveals-answer"]
-x, y = examples.make_batch(24)
+x, y = examples.make_batch(24, device=devices[0])
 for rule in accumulation.RULES:
-    model = examples.make_model()
+    model = examples.make_model().to(devices[0])
     oracle = examples.twin(model)
     accumulation.accumulate(model, x, y, micro_batch=8, rule=rule)
     examples.loss_fn(oracle(x), y).backward()
@@ -83,9 +90,9 @@ for rule in accumulation.RULES:
 # **global batch = micro-batch per replica × accumulation steps × replicas = 4 × 3 × 2 = 24**:
 
 # %%
-model = examples.make_model()
+model = examples.make_model().to(devices[0])  # the model goes to devices[0] before it is wrapped
 oracle = examples.twin(model)
-dp = dpcourse.DataParallel(model, devices=dpcourse.devices(2))
+dp = dpcourse.DataParallel(model, devices=devices)
 sizes = accumulation.accumulate(dp, x, y, micro_batch=8, rule="1/K")
 examples.loss_fn(oracle(x), y).backward()
 print(f"micro-batches {sizes} on 2 devices: 4 x {len(sizes)} x 2 = {4 * len(sizes) * 2} rows; "
@@ -224,18 +231,18 @@ viz.micro_batch_weights(by_steps)
 
 # %%
 def error_against_one_device(rule, per_replica_mean):
-    model = examples.make_model()
+    model = examples.make_model().to(devices[0])
     oracle = examples.twin(model)
     if per_replica_mean:
-        dp, loss_of = dpcourse.DataParallel(examples.LossInside(model), devices=dpcourse.devices(2)), lambda m, x, y: m(x, y).mean()
+        dp, loss_of = dpcourse.DataParallel(examples.LossInside(model), devices=devices), lambda m, x, y: m(x, y).mean()
     else:
-        dp, loss_of = dpcourse.DataParallel(model, devices=dpcourse.devices(2)), accumulation.mean_loss
+        dp, loss_of = dpcourse.DataParallel(model, devices=devices), accumulation.mean_loss
     accumulation.accumulate(dp, x10, y10, 3, rule, loss_of)
     examples.loss_fn(oracle(x10), y10).backward()
     return examples.max_grad_difference(model, oracle)
 
 
-x10, y10 = examples.make_batch(10)
+x10, y10 = examples.make_batch(10, device=devices[0])
 for per_replica_mean in (False, True):
     loss = "the mean of the replicas' mean losses" if per_replica_mean else "the loss on the gathered output"
     for rule in ("1/K", "b_k/B"):

@@ -22,7 +22,10 @@ import dataclasses
 import torch
 
 from dpcourse import exercises, memory, quiz, viz, widgets
+from dpcourse.ddp.launcher import backend_for
 from dpcourse.memory import MIB, Setup
+
+print("the backend of 2 DDP ranks here:", backend_for(2))
 
 # %% [markdown]
 # ## The model
@@ -192,7 +195,9 @@ quiz.ask("15-ddp-rank-memory")
 
 # %% [markdown]
 # `memory.measure_ddp` starts the ranks with `dpcourse.ddp.launch` and counts inside each rank's process
-# (`dpcourse/ddp/memory.py`); DDP reports the bytes of its buckets itself. Two ranks of 128 samples each,
+# (`dpcourse/ddp/memory.py`); DDP reports the bytes of its buckets itself. The ranks use the backend printed at
+# the top: [NCCL](00_start_here.ipynb#Glossary) needs one GPU per rank, so it is used only when every rank has a GPU of its own;
+# otherwise gloo, with the ranks' tensors on the CPU. Two ranks of 128 samples each,
 # against DataParallel on two devices (`viewed`, measured in the same launch, comes below):
 
 # %% tags=["reveals-answer"]

@@ -9,8 +9,13 @@
 #   scale;
 # - what DDP's float16 and bfloat16 compression hooks do to the averaged gradient, measured.
 #
-# Everything runs on the CPU. CPU autocast computes in bfloat16 by default and in float16 when asked;
-# `torch.amp.GradScaler("cpu")` works as it does on a GPU; DDP runs in 2 processes on gloo, as in lesson 10.
+# The autocast sections run on the CPU, on a GPU machine too. CPU autocast computes in bfloat16 by default and
+# in float16 when asked; it casts CPU tensors only, so their DataParallel gets explicit CPU devices, `["cpu",
+# "cpu"]`, not `dpcourse.devices(2)`, whose replicas on a GPU would compute in float32 under
+# `torch.autocast("cpu")`. GradScaler trains on `dpcourse.devices(n)`, with autocast and the scaler of
+# `devices[0]`'s type: `torch.amp.GradScaler("cpu")` on CPU devices works as `"cuda"` does on a GPU. DDP runs in
+# 2 processes as in lesson 10, on gloo with CPU tensors unless every rank has a GPU of its own:
+# [NCCL](00_start_here.ipynb#Glossary) needs one GPU per rank.
 
 # %%
 import math
@@ -19,9 +24,11 @@ import torch
 
 from dpcourse import examples, exercises, precision, quiz, viz
 from dpcourse.ddp import compression as ddp_compression
+from dpcourse.ddp.launcher import backend_for
 
-model = examples.make_model()
+model = examples.make_model()  # stays on the CPU: this lesson is about CPU autocast
 x, y = examples.make_batch(8)
+print("the backend of 2 DDP ranks here:", backend_for(2))
 
 # %% [markdown]
 # ## autocast is per thread
@@ -50,11 +57,11 @@ quiz.ask("16-plain-thread")
 # %% tags=["reveals-answer"]
 in_bfloat16 = precision.thread_dtypes(torch.bfloat16)
 for way, calls in in_bfloat16.items():
-    print(f"{way:<34} {calls}")
+    print(f"{way:<36} {calls}")
 
 # %% [markdown]
 # A plain `threading.Thread` computes in float32: a new thread starts with autocast off. dpcourse's
-# DataParallel replicas compute in bfloat16 because `dpcourse.parallel_apply` reads the caller's state and
+# DataParallel replicas (on 2 CPU devices) compute in bfloat16 because `dpcourse.parallel_apply` reads the caller's state and
 # enters autocast again inside every replica's thread (`dpcourse/parallel_apply.py`):
 #
 # ```python
@@ -78,7 +85,7 @@ quiz.ask("16-enabled-only")
 # %% tags=["reveals-answer"]
 in_float16 = precision.thread_dtypes(torch.float16)
 for way, calls in in_float16.items():
-    print(f"{way:<34} {calls}")
+    print(f"{way:<36} {calls}")
 print("a new thread's default autocast dtypes:",
       precision.in_plain_thread(lambda: {device: torch.get_autocast_dtype(device) for device in ("cpu", "cuda")}))
 viz.autocast_threads({"torch.autocast('cpu')": in_bfloat16, "torch.autocast('cpu', dtype=torch.float16)": in_float16})
@@ -155,8 +162,9 @@ print(precision.gradient_underflow())
 #
 # (`step` calls `unscale_` when you have not; call it yourself to clip the unscaled gradients,
 # `GradScaler.step` in `torch/amp/grad_scaler.py`.)
-# `precision.scaler_steps` runs this loop for 12 steps with `growth_interval=3` and a scale of 2^24, too large
-# on purpose. Its optimizer, `precision.PlainSGD`, is SGD's update from `examples.sgd_step` (lesson 07) with the
+# `precision.scaler_steps` runs this loop on `dpcourse.devices(1)`, with autocast and the scaler for the type
+# of `devices[0]` (`"cpu"` on CPU devices, `"cuda"` on a GPU), for 12 steps with `growth_interval=3` and a
+# scale of 2^24, too large on purpose. Its optimizer, `precision.PlainSGD`, is SGD's update from `examples.sgd_step` (lesson 07) with the
 # attributes GradScaler uses. What happens at the first step?
 
 # %%
@@ -181,10 +189,13 @@ viz.loss_scale(steps)
 on_two = precision.scaler_steps(n_devices=2)
 print("scales:", [f"2^{math.log2(step.scale):.0f}" for step in on_two])
 print("skipped:", [number for number, step in enumerate(on_two, start=1) if not step.stepped])
+settled = [math.log2(max(step.scale for step in run if step.stepped)) for run in (steps, on_two)]
+print(f"largest scale of a step that went through: 2^{settled[0]:.0f} on one device, 2^{settled[1]:.0f} on 2")
 
 # %% [markdown]
-# The scale settles one doubling higher here. Each replica's float16 weight gradient sums only its own 32 of
-# the 64 rows, so it overflows at a larger scale; the sum onto device 0 happens after the cast back to float32.
+# In the stored run, on CPU devices, the scale settles one doubling higher on 2 devices (the last line
+# compares the two runs on your devices). Each replica's float16 weight gradient sums only its own 32 of the 64 rows, so it
+# overflows at a larger scale; the sum onto device 0 happens after the cast back to float32.
 
 # %% [markdown]
 # ## DDP: compressed all-reduce
@@ -194,15 +205,16 @@ print("skipped:", [number for number, step in enumerate(on_two, start=1) if not 
 # the 16-bit copy and copy the sum back into the float32 gradients (`_compress_hook` in
 # `torch/distributed/algorithms/ddp_comm_hooks/default_hooks.py`).
 #
-# `ddp_compression.compression` starts 2 gloo ranks and runs one backward per hook, each rank on its half of 16
-# rows, for the loss times 1, 1e-6, 2^16 and 2^24. DDP refuses `bf16_compress_hook` here:
+# `ddp_compression.compression` starts 2 ranks (on the backend printed at the top) and runs one backward per
+# hook, each rank on its half of 16 rows, for the loss times 1, 1e-6, 2^16 and 2^24. On gloo, DDP refuses
+# `bf16_compress_hook`:
 
 # %%
 compressed = ddp_compression.compression(world_size=2)
 print(compressed.bf16_compress_hook)
 
 # %% [markdown]
-# DDP checks the hook by its name and wants CUDA with [NCCL](00_start_here.ipynb#Glossary) 2.10 or later
+# DDP checks the hook by its name and wants CUDA with NCCL 2.10 or later
 # (`_check_comm_hook` in `torch/nn/parallel/distributed.py`). gloo adds bfloat16 tensors all the same, so
 # the course measures bfloat16 with `ddp_compression.compressed_allreduce(torch.bfloat16)`: the same steps as
 # `_compress_hook` under another name (`dpcourse/ddp/compression.py`; with float16 it gives exactly
@@ -294,7 +306,7 @@ exercises.check("next_scale", next_scale)
 #
 # ## Exercises
 # 1. Under `torch.autocast("cpu", dtype=torch.float16)`, run the model through `dpcourse.DataParallel` with
-#    `devices=dpcourse.devices(1)` and find with `precision.computed_dtypes` which thread runs the forward, and
+#    `devices=["cpu"]` and find with `precision.computed_dtypes` which thread runs the forward, and
 #    in which dtype.
 # 2. Measure the largest scaled float16 gradient at scale 2^20 on one device with all 64 rows and with each
 #    half of them, to check why DataParallel's scale settled one doubling higher.

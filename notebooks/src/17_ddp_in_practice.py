@@ -12,9 +12,11 @@
 #
 # Lesson 10 showed what DistributedDataParallel (DDP) does inside: one process per rank, averaged gradients,
 # weights copied once, bucketed [all-reduce](00_start_here.ipynb#Glossary). This lesson is about the script
-# around it. Every experiment runs on real ranks: 2 processes on the CPU, talking through gloo, started from
-# this notebook by `ddp.launch` (`dpcourse/ddp/launcher.py`), which stops every rank on any error or
-# timeout. As in lesson 10, the first launch waits for a helper process to import torch.
+# around it. Every experiment runs on real ranks: 2 processes started from this notebook by `ddp.launch`
+# (`dpcourse/ddp/launcher.py`), which stops every rank on any error or timeout. They talk through gloo with CPU
+# tensors unless every rank has a GPU of its own: [NCCL](00_start_here.ipynb#Glossary) needs one GPU per rank,
+# so on a machine with one GPU the 2 ranks use gloo and the CPU (the backend is printed below). As in lesson 10,
+# the first launch waits for a helper process to import torch.
 
 # %%
 import difflib
@@ -28,7 +30,10 @@ from torch.utils.data import DistributedSampler, RandomSampler
 
 from dpcourse import exercises, quiz, viz
 from dpcourse.ddp import batchnorm, checkpoint, sampling, syncbn, torchrun, uneven, unused
+from dpcourse.ddp.launcher import backend_for
 from dpcourse.scripts import common, train_ddp, train_dp
+
+print("the backend of 2 DDP ranks here:", backend_for(2))
 
 # %% [markdown]
 # ## Every rank needs its own share of the data
@@ -149,7 +154,7 @@ print(checkpoints)
 #   on both ranks.
 # - **`map_location`**: the file records the device each tensor was saved from, and `torch.load` puts it
 #   back there unless `map_location` says otherwise (`torch/serialization.py`: `default_restore_location`).
-#   Here every rank is the CPU, so nothing moves. On GPUs, rank 0 saves from `cuda:0`, and without
+#   On gloo every rank runs on the CPU, so nothing moves. On GPUs, rank 0 saves from `cuda:0`, and without
 #   `map_location` every rank would load onto `cuda:0`: the DDP tutorial warns of "all processes on the
 #   same machine using the same set of devices". `map_location=device`, or
 #   `map_location={"cuda:0": f"cuda:{local_rank}"}`, loads onto the rank's own GPU.
@@ -354,9 +359,11 @@ print("\n".join(difflib.unified_diff(dp_lines, ddp_lines, "train_dp.py", "train_
 #
 # 1. **How it starts.** `torchrun` starts one process per device; the script no longer counts devices
 #    (`--devices` goes: `--nproc_per_node` decides). Each process reads its `RANK`, `WORLD_SIZE` and
-#    `LOCAL_RANK` from the environment torchrun sets, takes one device (GPU number `LOCAL_RANK`, or the CPU)
-#    and joins the others with `init_process_group`: [NCCL](00_start_here.ipynb#Glossary) for GPUs, gloo for
-#    the CPU.
+#    `LOCAL_RANK` from the environment torchrun sets, takes one device and joins the others with
+#    `init_process_group`. NCCL needs a GPU of its own for every rank, so a
+#    rank takes GPU number `LOCAL_RANK` with NCCL only when every rank on the machine has one
+#    (`backend_for`, the rule `ddp.launch` follows); otherwise, 2 ranks on one GPU for instance, every rank
+#    runs on the CPU with gloo. Rank 0 prints which.
 # 2. **The wrapper.** `DistributedDataParallel(model, device_ids=[device])` instead of `DataParallel(model,
 #    devices)`: one device per process, given on GPUs only.
 # 3. **The data.** A `DistributedSampler` made once, `set_epoch(epoch)` every epoch, and a per-rank batch
@@ -401,7 +408,8 @@ with tempfile.TemporaryDirectory(prefix="dpcourse-scripts-") as scripts_folder:
     ran = torchrun.torchrun("dpcourse.scripts.train_ddp", ["--out", str(folder / "ddp.pt")], nproc=2, timeout=120)
     print("\n$ torchrun --standalone --nproc_per_node=2 -m dpcourse.scripts.train_ddp --out ddp.pt")
     print(ran.stdout + f"exit code {ran.returncode}" + ("" if ran.returncode == 0 else "\n" + ran.stderr[-2000:]))
-    dp_weights, ddp_weights = (torch.load(folder / name) for name in ("dp.pt", "ddp.pt"))
+    # map_location: on a GPU machine the DataParallel script saved from cuda:0, the DDP ranks may have run on the CPU
+    dp_weights, ddp_weights = (torch.load(folder / name, map_location="cpu") for name in ("dp.pt", "ddp.pt"))
 print(f"\nmax |w_DDP - w_DataParallel| over all weights: "
       f"{max((ddp_weights[k] - dp_weights[k]).abs().max().item() for k in dp_weights):.1e}")
 

@@ -41,8 +41,9 @@ def accumulate_without_dividing() -> Outcome:
 
 def reduce_add_every_micro_step() -> Outcome:
     """Trace DataParallel on 2 devices through 3 micro-steps: one replicate and one reduce-add in each."""
-    dp = dpcourse.DataParallel(examples.make_model(), devices=dpcourse.devices(2))
-    x, y = examples.make_batch(24)
+    devices = dpcourse.devices(2)
+    dp = dpcourse.DataParallel(examples.make_model().to(devices[0]), devices=devices)
+    x, y = examples.make_batch(24, device=devices[0])
     with dpcourse.trace() as recorded:
         accumulation.accumulate(dp, x, y, 8, "1/K")
     counts = {step: len(recorded.steps(step)) for step in ("scatter", "replicate", "reduce-add")}

@@ -12,10 +12,10 @@
 #   several machines.
 #
 # Everything below runs for real: DDP from `torch`, in **2 processes** talking through a process group
-# backend, started from this notebook by `dpcourse.ddp` (`dpcourse/ddp/`): NCCL on the GPUs when the
-# machine has a GPU for each rank, else gloo on the CPU (`ddp.launcher.backend_for`). The first launch
-# starts a helper process that imports torch once; the later launches reuse it, so only the first one
-# waits for that import.
+# backend, started from this notebook by `dpcourse.ddp` (`dpcourse/ddp/`):
+# [NCCL](00_start_here.ipynb#Glossary) on the GPUs when the machine has a GPU for each rank, else gloo on
+# the CPU (`ddp.launcher.backend_for`). The first launch starts a helper process that imports torch once;
+# the later launches reuse it, so only the first one waits for that import.
 
 # %%
 import dataclasses
@@ -283,7 +283,7 @@ print(f"  in the threads {sorted({span.thread for span in dp_trace.spans})}")
 # With CPU devices, as stored, DDP and DataParallel share the machine's cores, and gloo sends the gradients
 # through the loopback network, so the timings say nothing about GPUs. On a machine with one GPU the two
 # figures do not compare either: DataParallel runs on the GPU while the DDP ranks, with gloo, run on the CPU.
-# With a GPU per rank, [NCCL](00_start_here.ipynb#Glossary) runs the all-reduces on its own CUDA stream.
+# With a GPU per rank, NCCL runs the all-reduces on its own CUDA stream.
 # One DataParallel step on a real GPU ships with the course (`dpcourse.recording`, lesson 09): 3 replicas of
 # lesson 09's MLP sharing one GPU. Next to the stored CPU run above, its backward runs on the autograd engine's
 # thread for the GPU (`Dummy-1`), not on the main thread:

@@ -146,24 +146,61 @@ def build(name: str, edition: str = "instructor", timeout: int = 300, into: Path
         notebook, timeout=timeout, kernel_name="python3", store_widget_state=True, record_timing=False
     )
     client.execute(cwd=str(HERE))
+    coalesce_streams(notebook)
     target = (into or EDITIONS[edition]) / f"{name}.ipynb"
     target.parent.mkdir(exist_ok=True)
     target.write_text(with_numbered_widget_ids(nbformat.writes(notebook)) + "\n")
     return target
 
 
+def coalesce_streams(notebook: nbformat.NotebookNode) -> None:
+    """Join each cell's consecutive outputs to the same stream (stdout, stderr) into one: how the kernel's prints
+    were split into messages varies from run to run, the text does not (nbval compares them joined too)."""
+    for cell in notebook.cells:
+        joined: list = []
+        for output in cell.get("outputs", []):
+            previous = joined[-1] if joined else None
+            if output.output_type == "stream" and previous and previous.output_type == "stream" and (
+                    previous.name == output.name):
+                previous.text += output.text
+            else:
+                joined.append(output)
+        if cell.cell_type == "code":
+            cell.outputs = joined
+
+
 def with_numbered_widget_ids(text: str) -> str:
-    """``text`` (a notebook's JSON) with each widget model's random id replaced by its number, in order of first
-    appearance, as cell ids are: a rebuild of an unchanged lesson then writes the same bytes.
+    """``text`` (a notebook's JSON) with each widget model's random id replaced by its number, as cell ids are: a
+    rebuild of an unchanged lesson then writes the same bytes.
 
     ipywidgets names every model with a fresh ``uuid4().hex``; the ids appear in the outputs that show a widget,
-    in the saved widget state (its keys) and in references between models (``"IPY_MODEL_<id>"``).
+    in the saved widget state (its keys) and in references between models (``"IPY_MODEL_<id>"``). Models are
+    numbered in the order the outputs show them, each followed by the models its state refers to, depth first
+    (a state's keys in name order); then the models that nothing shows or refers to, in the order of what they
+    hold, each with the models it refers to.
     """
     notebook = json.loads(text)
     state = notebook["metadata"].get("widgets", {}).get(WIDGET_STATE, {}).get("state", {})
-    ids = {old: None for old in re.findall(r"[0-9a-f]{32}", text) if old in state}  # in order, no repeats
-    numbered = {old: f"{number:032x}" for number, old in enumerate(ids, start=1)}
-    return re.sub(r"[0-9a-f]{32}", lambda match: numbered.get(match[0], match[0]), text)
+    order: dict[str, None] = {}
+
+    def visit(model: str) -> None:
+        if model in order or model not in state:
+            return
+        order[model] = None
+        for referred in re.findall(r"IPY_MODEL_([0-9a-f]{32})", json.dumps(state[model], sort_keys=True)):
+            visit(referred)
+
+    def content(model: str) -> str:  # what a model holds, without the random ids it refers to
+        return re.sub(r"[0-9a-f]{32}", "", json.dumps(state[model], sort_keys=True))
+
+    shown = re.findall(r'"model_id": "([0-9a-f]{32})"', json.dumps(notebook["cells"]))
+    referred = set(re.findall(r"IPY_MODEL_([0-9a-f]{32})", json.dumps(state)))
+    unreferred = sorted((model for model in state if model not in referred), key=content)
+    for model in [*shown, *unreferred, *sorted(state, key=content)]:
+        visit(model)
+    numbered = {old: f"{number:032x}" for number, old in enumerate(order, start=1)}
+    renamed = re.sub(r"[0-9a-f]{32}", lambda match: numbered.get(match[0], match[0]), text)
+    return nbformat.writes(nbformat.reads(renamed, as_version=4))  # written again: the state in the new ids' order
 
 
 def to_source(name: str) -> Path:

@@ -28,6 +28,7 @@ from torch import nn
 from torch.overrides import TorchFunctionMode
 
 PLACED = "_placed_on_a_stand_in_gpu"
+CHOSEN: dict = {}  # id -> device, for every device dpcourse.devices(n) returned: these stand in for GPUs
 
 
 def is_placed(value) -> bool:
@@ -64,24 +65,30 @@ def unplaced_error(what: str) -> RuntimeError:
     )
 
 
-def _names_a_device(args, kwargs) -> bool:
-    """True for ``.to(device)``-like arguments: a device object, a CUDA index or a placed tensor. The string
-    ``"cpu"`` names the real CPU, which a lesson asks for on a GPU machine too, so it does not count, and the
-    meta device is no GPU."""
-    def a_gpu(a):
-        if isinstance(a, torch.Tensor):
-            return is_placed(a)
-        if isinstance(a, torch.device):
-            return a.type != "meta"
-        if isinstance(a, str):
-            return not a.startswith(("cpu", "meta"))
-        return isinstance(a, int) and not isinstance(a, bool)
+def _destination(args, kwargs) -> str | None:
+    """Where ``.to(...)``-like arguments send a tensor: "gpu", "cpu", or None when they name no device (a dtype).
 
-    return any(a_gpu(a) for a in [*args, kwargs.get("device")] if a is not None)
+    A CUDA device or index is a GPU, and so is a device that ``dpcourse.devices(n)`` chose, or a placed tensor's
+    device (``x.to(placed.device)``). The string ``"cpu"`` and any other CPU device name the real CPU, which a
+    lesson may ask for on a GPU machine too; the meta device is no GPU either.
+    """
+    def where(a):
+        if isinstance(a, torch.Tensor):
+            return "gpu" if is_placed(a) else "cpu"
+        if isinstance(a, torch.device):
+            return "gpu" if a.type not in ("cpu", "meta") or CHOSEN.get(id(a)) is a else "cpu"
+        if isinstance(a, str):
+            return "cpu" if a.startswith(("cpu", "meta")) else "gpu"
+        if isinstance(a, int) and not isinstance(a, bool):
+            return "gpu"
+        return None
+
+    named = [where(a) for a in [*args, kwargs.get("device")] if a is not None]
+    return next((place for place in named if place), None)
 
 
 _MOVES = {torch.Tensor.to, torch.Tensor.cuda}
-_LEAVES = {torch.Tensor.cpu, torch.Tensor.copy_}  # copy_ may copy across devices; the copy stays where it is
+_LEAVES = {torch.Tensor.copy_}  # copy_ may copy across devices; the copy stays where it is
 _INDEXING = {torch.Tensor.__getitem__, torch.Tensor.__setitem__}
 _UNCHECKED = {torch._has_compatible_shallow_copy_type}  # nn.Module._apply asks it about a tensor and its move
 _SHAPE_OF_SECOND = {torch.Tensor.view_as, torch.Tensor.reshape_as, torch.Tensor.expand_as}  # its size, not its data
@@ -92,13 +99,15 @@ class StandInGPU(TorchFunctionMode):
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        if func in _MOVES:
+        if func in _MOVES or func is torch.Tensor.cpu:
             result = func(*args, **kwargs)
-            if func is not torch.Tensor.cuda and not _names_a_device(args[1:], kwargs):
-                return result
+            destination = {torch.Tensor.cuda: "gpu", torch.Tensor.cpu: "cpu"}.get(func) or _destination(
+                args[1:], kwargs)
+            if destination is None:  # a dtype change: the copy stays where the tensor was
+                return mark(result) if is_placed(args[0]) else result
             if result is args[0] and not isinstance(result, nn.Parameter):
-                result = result.view_as(result)  # on a GPU a new tensor: the CPU original stays unplaced
-            return mark(result)
+                result = result.view_as(result)  # on a GPU a new tensor: the original keeps its place
+            return mark(result, placed=destination == "gpu")
         if func in _LEAVES or func in _UNCHECKED:
             return func(*args, **kwargs)
         if func is torch.Tensor.numpy and is_placed(args[0]):
@@ -114,7 +123,7 @@ class StandInGPU(TorchFunctionMode):
                 raise unplaced_error(
                     f"{name} mixes tensors on devices[0] with one left on the CPU of shape {list(stray[0].shape)}")
         result = func(*args, **kwargs)
-        if placed or _names_a_device([], kwargs):
+        if placed or _destination([], kwargs) == "gpu":  # computed from placed tensors, or made there
             mark(result)
         return result
 
@@ -136,8 +145,9 @@ def install(patch=setattr) -> StandInGPU:
 
     def to(self, *args, **kwargs):
         result = module_to(self, *args, **kwargs)
-        if _names_a_device(args, kwargs):
-            mark([*self.parameters(), *self.buffers()])
+        destination = _destination(args, kwargs)
+        if destination:
+            mark([*self.parameters(), *self.buffers()], placed=destination == "gpu")
         return result
 
     def cuda(self, *args, **kwargs):
@@ -148,7 +158,7 @@ def install(patch=setattr) -> StandInGPU:
     # Only what dpcourse.devices(n) chose stands in for a GPU: DataParallel(m, devices=["cpu", "cpu"]) asks for
     # the real CPU, on a GPU machine too.
     devices_module = sys.modules["dpcourse.devices"]
-    choose_devices, chosen = devices_module.devices, {}
+    choose_devices, chosen = devices_module.devices, CHOSEN
 
     def devices(n):
         result = choose_devices(n)
@@ -179,6 +189,8 @@ def install(patch=setattr) -> StandInGPU:
             if len(devices) and stands_in_for_a_gpu(devices[0]) and not is_placed(tensor):
                 raise unplaced_error(f"replicate got {type(module).__name__} whose {name} is not on devices[0]")
         replicas = replicate(module, devices, detach)
+        if not (len(devices) and stands_in_for_a_gpu(devices[0])):  # replicate(m, ["cpu", "cpu"]): the real CPU
+            return replicas
         for replica in replicas:  # a replica's parameters are plain tensor attributes (see dpcourse.replicate)
             for m in replica.modules():
                 mark([*vars(m).values(), *m._buffers.values()])
@@ -191,6 +203,11 @@ def install(patch=setattr) -> StandInGPU:
                 target = kwargs.get("target_device", args[1] if len(args) > 1 else None)
                 if not stands_in_for_a_gpu(target):
                     return mark(result, placed=False)
+            if original.__name__ in ("scatter", "scatter_kwargs"):  # scatter(x, ["cpu", "cpu"]): the real CPU
+                at = 2 if original.__name__ == "scatter_kwargs" else 1
+                targets = kwargs.get("devices", args[at] if len(args) > at else None)
+                if not any(stands_in_for_a_gpu(d) for d in targets or ()):
+                    return result
             return mark(result)
         return marked
 
@@ -201,6 +218,14 @@ def install(patch=setattr) -> StandInGPU:
         return mark(parameter) if is_placed(data) else parameter
 
     patch(nn.Parameter, "__new__", new_parameter)
+
+    tensor_device = torch._C.TensorBase.device  # the attribute itself; a mode does not see it read
+
+    def device(self):  # a placed tensor reports the device standing in for a GPU: x.to(placed.device) places x
+        where = tensor_device.__get__(self)
+        return next(iter(CHOSEN.values())) if where.type == "cpu" and is_placed(self) and CHOSEN else where
+
+    patch(torch.Tensor, "device", property(device))
     patch(nn.Module, "to", to)
     patch(nn.Module, "cuda", cuda)
     patch(data_parallel, "_check_placement", checked_placement)

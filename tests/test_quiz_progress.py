@@ -11,8 +11,11 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
+import torch
 
 import dpcourse.quiz.progress as progress_module
+from dpcourse import course, exercises
+from dpcourse.exercises.registry import exercises_of
 from dpcourse.quiz import LESSONS, Progress, ProgressSummary, all_questions, ask, ask_lesson, export_csv, find_question
 from dpcourse.quiz.report import CSV_COLUMNS, LessonCounts
 
@@ -120,7 +123,7 @@ def test_a_wrongly_typed_field_is_rejected_naming_the_field(tmp_path, how):
     path.write_text(json.dumps({"version": 1, "questions": {"03-counter-lost": entry}}))
     snapshot = Progress(path).read()
     assert snapshot.questions == {} and message in snapshot.problem
-    assert not ProgressSummary(Progress(path)).counts["03_replicate"].correct
+    assert not ProgressSummary(Progress(path)).counts["03_replicate"].first_time
 
 
 def test_a_true_version_is_not_version_one(tmp_path):
@@ -214,25 +217,47 @@ def test_record_returns_the_set_aside_path_and_never_reuses_a_name(tmp_path):
     assert len(set(kept)) == 2 and all(p.read_text() == "{not json" for p in kept)
 
 
-def test_the_summary_counts_answered_correct_and_total_per_lesson(tmp_path):
+def test_the_summary_counts_answered_right_the_first_time_and_exercises_passed_per_lesson(tmp_path):
     path = tmp_path / "progress.json"
     progress = Progress(path)
     summary = ProgressSummary(progress)
     totals = {lesson: sum(q.lesson == lesson for q in all_questions()) for lesson in LESSONS}
-    assert summary.counts == {lesson: LessonCounts(0, 0, total) for lesson, total in totals.items()}
+    exercises_per_lesson = {lesson.name: len(exercises_of(lesson.name)) for lesson in course.LESSONS}
+    names = [lesson.name for lesson in course.LESSONS]
+    assert summary.counts == {name: LessonCounts(0, 0, totals.get(name, 0), 0, exercises_per_lesson[name])
+                              for name in names if totals.get(name) or exercises_per_lesson[name]}
 
     for question_id, correct in [
         ("02-six-rows-four-devices", True),
         ("02-mismatched-batches", False),
         ("03-counter-lost", False),
-        ("03-counter-lost", True),
+        ("03-counter-lost", True),  # right after the wrong answer revealed it: not right the first time
     ]:
         progress.record(find_question(question_id), "x", correct)
+    progress.record_exercise("chunk_sizes", "02_scatter", False)
+    progress.record_exercise("chunk_sizes", "02_scatter", True)
+    progress.record_exercise("scatter_rows", "02_scatter", False)
     summary.refresh_button.click()
-    assert summary.counts["02_scatter"] == LessonCounts(answered=2, correct=1, total=totals["02_scatter"])
-    assert summary.counts["03_replicate"] == LessonCounts(answered=1, correct=1, total=totals["03_replicate"])
-    assert f"<tr><td>02_scatter</td><td>2</td><td>1</td><td>{totals['02_scatter']}</td></tr>" in summary.table.value
+    assert summary.counts["02_scatter"] == LessonCounts(2, 1, totals["02_scatter"], passed=1, exercises=2)
+    assert summary.counts["03_replicate"] == LessonCounts(1, 0, totals["03_replicate"], passed=0, exercises=2)
+    row = f"<tr><td>02_scatter</td><td>2 of {totals['02_scatter']}</td><td>1</td><td>1 of 2</td></tr>"
+    assert row in summary.table.value
     assert summary.note.value == ""
+
+
+def test_a_check_of_written_code_is_recorded_and_an_untouched_stub_is_not(tmp_path, monkeypatch):
+    path = tmp_path / "progress.json"
+    monkeypatch.setenv("DPCOURSE_PROGRESS", str(path))
+
+    def stub(batch, n):
+        raise NotImplementedError("Your code here")
+
+    exercises.check("chunk_sizes", stub)
+    assert not path.exists(), "running an untouched lesson writes nothing"
+    exercises.check("chunk_sizes", lambda batch, n: [batch // n] * n)
+    exercises.check("chunk_sizes", lambda batch, n: [len(c) for c in torch.arange(batch).chunk(n)])
+    checks = Progress(path).read().exercises["chunk_sizes"]
+    assert checks["lesson"] == "02_scatter" and [c["passed"] for c in checks["checks"]] == [False, True]
 
 
 def test_the_csv_export_has_one_row_per_question(tmp_path):
@@ -245,17 +270,23 @@ def test_the_csv_export_has_one_row_per_question(tmp_path):
     data["questions"]["99-retired"] = {"lesson": "99_old", "attempts": [{"answer": "a", "correct": True, "time": "t"}]}
     path.write_text(json.dumps(data))
 
+    progress.record_exercise("chunk_sizes", "02_scatter", False)
+    progress.record_exercise("chunk_sizes", "02_scatter", True)
+
     written = export_csv(tmp_path / "class.csv", progress)
     with written.open(newline="", encoding="utf-8") as file:
         rows = list(csv.DictReader(file))
     assert tuple(rows[0]) == CSV_COLUMNS
-    assert [row["id"] for row in rows] == [q.id for q in all_questions()] + ["99-retired"]
+    assert [row["id"] for row in rows] == [q.id for q in all_questions()] + ["99-retired", "chunk_sizes"]
     by_id = {row["id"]: row for row in rows}
     six = by_id["02-six-rows-four-devices"]
-    assert [six[column] for column in CSV_COLUMNS[:5]] == ["02_scatter", "02-six-rows-four-devices", "2", "false", "3"]
+    assert [six[column] for column in CSV_COLUMNS[:6]] == ["quiz", "02_scatter", "02-six-rows-four-devices", "2",
+                                                           "false", "3"]
     assert datetime.fromisoformat(six["last_time"]).tzinfo is not None
     assert by_id["06-gradients-summed"]["first_correct"] == "true"
-    assert [by_id["00-four-steps"][c] for c in CSV_COLUMNS[2:]] == ["0", "", "", ""]
+    assert [by_id["00-four-steps"][c] for c in CSV_COLUMNS[3:]] == ["0", "", "", ""]
+    exercise = by_id["chunk_sizes"]
+    assert [exercise[c] for c in CSV_COLUMNS[:6]] == ["exercise", "02_scatter", "chunk_sizes", "2", "false", "passed"]
 
 
 def test_the_csv_export_refuses_an_unreadable_progress_file_and_leaves_it_alone(tmp_path):

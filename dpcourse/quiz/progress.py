@@ -1,8 +1,9 @@
 """The learner's answers, kept in one small JSON file outside the repository.
 
 Where: the ``path`` argument, else the ``DPCOURSE_PROGRESS`` environment variable, else
-``~/.dpcourse/progress.json``. The file is only ever **written when the learner submits an answer**:
-importing dpcourse, showing a quiz and running a notebook top to bottom (as nbval does) write nothing.
+``~/.dpcourse/progress.json``. The file is only ever **written when the learner submits an answer** or runs
+the check of an exercise they wrote: importing dpcourse, showing a quiz and running an untouched lesson top to
+bottom write nothing.
 
 How it is kept safe:
 
@@ -21,7 +22,12 @@ How it is kept safe:
 The layout::
 
     {"version": 1, "questions": {"02-...": {"lesson": "02_scatter",
-        "attempts": [{"answer": "3, 3, 3, 1", "correct": true, "time": "2025-01-31T12:00:00+00:00"}]}}}
+        "attempts": [{"answer": "3, 3, 3, 1", "correct": true, "time": "2025-01-31T12:00:00+00:00"}]}},
+     "exercises": {"chunk_sizes": {"lesson": "02_scatter",
+        "checks": [{"passed": false, "time": "..."}, {"passed": true, "time": "..."}]}}}
+
+``exercises`` holds each run of a check that the learner had attempted (``dpcourse.exercises.check``; an untouched
+stub records nothing). Files without it, written before it existed, read as having no exercise runs.
 """
 
 import dataclasses
@@ -59,6 +65,7 @@ class Snapshot:
     questions: dict[str, dict[str, Any]]
     problem: str | None = None
     newer: bool = False
+    exercises: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass
@@ -101,10 +108,26 @@ class Progress:
         layout_problem = _layout_problem(data)
         if layout_problem:
             return Snapshot({}, f"{self.path} is not a dpcourse progress file ({layout_problem})")
-        return Snapshot(data["questions"])
+        return Snapshot(data["questions"], exercises=data.get("exercises", {}))
 
     def record(self, question: Question, answer: str, correct: bool) -> Recorded:
         """Append one attempt at ``question`` and save the file atomically, holding the lock throughout."""
+        def add(questions: dict, _exercises: dict) -> None:
+            entry = questions.setdefault(question.id, {"lesson": question.lesson, "attempts": []})
+            entry["attempts"].append({"answer": answer, "correct": correct, "time": now()})
+
+        return self._change(add)
+
+    def record_exercise(self, name: str, lesson: str, passed: bool) -> Recorded:
+        """Append one run of exercise ``name``'s check (of ``lesson``), under the same lock as the answers."""
+        def add(_questions: dict, exercises: dict) -> None:
+            entry = exercises.setdefault(name, {"lesson": lesson, "checks": []})
+            entry["checks"].append({"passed": passed, "time": now()})
+
+        return self._change(add)
+
+    def _change(self, change) -> Recorded:
+        """Read the file, ``change(questions, exercises)`` in place, and save it atomically, holding the lock."""
         target = self.target
         target.parent.mkdir(parents=True, exist_ok=True)
         lock = filelock.FileLock(target.with_name(f".{target.name}.lock"), timeout=LOCK_TIMEOUT_S)
@@ -120,9 +143,8 @@ class Progress:
             if snapshot.newer:
                 return Recorded(self.path, None, snapshot.problem, saved=False)
             set_aside = self._set_aside(target) if snapshot.problem else None
-            entry = snapshot.questions.setdefault(question.id, {"lesson": question.lesson, "attempts": []})
-            entry["attempts"].append({"answer": answer, "correct": correct, "time": now()})
-            _write(target, {"version": VERSION, "questions": snapshot.questions})
+            change(snapshot.questions, snapshot.exercises)
+            _write(target, {"version": VERSION, "questions": snapshot.questions, "exercises": snapshot.exercises})
             return Recorded(self.path, set_aside, snapshot.problem)
         finally:
             lock.release()
@@ -163,6 +185,12 @@ def _layout_problem(data: Any) -> str | None:
     version = data.get("version") if isinstance(data, dict) else None
     if type(version) is not int or version != VERSION or not isinstance(data.get("questions"), dict):
         return f'expected {{"version": {VERSION}, "questions": {{...}}}}'
+    exercises = data.get("exercises", {})
+    if not isinstance(exercises, dict) or not all(
+            isinstance(e, dict) and isinstance(e.get("lesson"), str) and isinstance(e.get("checks"), list)
+            and all(isinstance(c, dict) and type(c.get("passed")) is bool for c in e["checks"])
+            for e in exercises.values()):
+        return "'exercises' must map each name to a 'lesson' and a list of 'checks', each with 'passed': true/false"
     for question_id, entry in data["questions"].items():
         attempts = entry.get("attempts") if isinstance(entry, dict) else None
         if not isinstance(entry, dict) or not isinstance(entry.get("lesson"), str) or not isinstance(attempts, list):

@@ -7,42 +7,58 @@ from pathlib import Path
 
 import ipywidgets as widgets
 
-from .bank import LESSONS, all_questions
+from ..course import LESSONS as COURSE
+from .bank import all_questions
 from .progress import Progress, Snapshot
 from .schema import Question
 
-CSV_COLUMNS = ("lesson", "id", "attempts", "first_correct", "last_answer", "last_time")
+CSV_COLUMNS = ("kind", "lesson", "id", "attempts", "first_correct", "last_answer", "last_time")
 
 
 @dataclasses.dataclass(frozen=True)
 class LessonCounts:
-    """One lesson: questions ``answered`` at least once, ``correct`` (the latest answer is right), ``total``."""
+    """One lesson: questions ``answered`` at least once, ``first_time`` (the first answer was right), ``total``;
+    exercises ``passed`` (a check passed at least once) of ``exercises``.
+
+    Only the first answer counts as right: a wrong answer reveals the right one, so a second try shows what the
+    learner read, not what they knew (the CSV's ``first_correct`` says the same).
+    """
 
     answered: int
-    correct: int
+    first_time: int
     total: int
+    passed: int = 0
+    exercises: int = 0
 
 
-def lesson_counts(snapshot: Snapshot, questions: list[Question]) -> dict[str, LessonCounts]:
-    """Counts per lesson, in course order, for the lessons that have questions."""
+def lesson_counts(snapshot: Snapshot, questions: list[Question],
+                  exercises: dict[str, list[str]] | None = None) -> dict[str, LessonCounts]:
+    """Counts per lesson, in course order, for the lessons that have questions or ``exercises`` (names by lesson)."""
+    exercises = exercises or {}
     counts = {}
-    for lesson in LESSONS:
-        attempts = [snapshot.questions.get(q.id, {}).get("attempts", []) for q in questions if q.lesson == lesson]
-        if attempts:
-            counts[lesson] = LessonCounts(
+    for lesson in COURSE:
+        attempts = [snapshot.questions.get(q.id, {}).get("attempts", []) for q in questions if q.lesson == lesson.name]
+        names = exercises.get(lesson.name, [])
+        if attempts or names:
+            checks = [snapshot.exercises.get(name, {}).get("checks", []) for name in names]
+            counts[lesson.name] = LessonCounts(
                 answered=sum(1 for a in attempts if a),
-                correct=sum(1 for a in attempts if a and a[-1]["correct"]),
+                first_time=sum(1 for a in attempts if a and a[0]["correct"]),
                 total=len(attempts),
+                passed=sum(1 for c in checks if any(check["passed"] for check in c)),
+                exercises=len(names),
             )
     return counts
 
 
 def export_csv(path: str | Path, progress: Progress | None = None) -> Path:
-    """Write one CSV row per question: ``lesson, id, attempts, first_correct, last_answer, last_time``.
+    """Write one CSV row per question, then one per exercise: ``kind, lesson, id, attempts, first_correct,
+    last_answer, last_time``.
 
-    Every question of the course is listed (unanswered ones with 0 attempts and empty cells), then any
-    answered question the bank no longer has. ``first_correct`` is ``true``/``false``: whether the first
-    attempt was right, the best sign of what the learner knew before the explanation. Raises
+    Every question of the course is listed (unanswered ones with 0 attempts and empty cells), then any answered
+    question the bank no longer has, then every exercise the learner checked (``kind`` "exercise": its checks
+    are the attempts, ``last_answer`` is "passed" or "failed"). ``first_correct`` is ``true``/``false``:
+    whether the first attempt was right, the best sign of what the learner knew before the explanation. Raises
     ``ValueError`` if the progress file cannot be read (the file is left as it is).
     """
     snapshot = (progress or Progress()).read()
@@ -59,14 +75,17 @@ def export_csv(path: str | Path, progress: Progress | None = None) -> Path:
             attempts = snapshot.questions.get(question_id, {}).get("attempts", [])
             first, last = (attempts[0], attempts[-1]) if attempts else ({}, {})
             first_correct = str(first["correct"]).lower() if attempts else ""
-            writer.writerow(
-                [lesson, question_id, len(attempts), first_correct, last.get("answer", ""), last.get("time", "")]
-            )
+            writer.writerow(["quiz", lesson, question_id, len(attempts), first_correct, last.get("answer", ""),
+                             last.get("time", "")])
+        for name, entry in sorted(snapshot.exercises.items(), key=lambda item: (item[1]["lesson"], item[0])):
+            checks = entry["checks"]
+            writer.writerow(["exercise", entry["lesson"], name, len(checks), str(checks[0]["passed"]).lower(),
+                             "passed" if checks[-1]["passed"] else "failed", checks[-1].get("time", "")])
     return path
 
 
 class ProgressSummary(widgets.VBox):
-    """A table of answered / correct / total per lesson, with a Refresh button. Reads the file; never writes."""
+    """Per lesson: quizzes answered, right the first time, exercises passed; a Refresh button. Never writes."""
 
     def __init__(self, progress: Progress | None = None) -> None:
         self.progress = progress or Progress()
@@ -84,15 +103,20 @@ class ProgressSummary(widgets.VBox):
 
     def refresh(self) -> None:
         """Read the progress file again and redraw the table."""
+        from ..exercises.registry import exercises_of  # here: the exercises import the quiz's progress file
+
         snapshot = self.progress.read()
-        self.counts = lesson_counts(snapshot, all_questions())
+        by_lesson = {lesson.name: exercises_of(lesson.name) for lesson in COURSE if lesson.exercises}
+        self.counts = lesson_counts(snapshot, all_questions(), by_lesson)
         rows = "".join(
-            f"<tr><td>{lesson}</td><td>{c.answered}</td><td>{c.correct}</td><td>{c.total}</td></tr>"
+            f"<tr><td>{lesson}</td><td>{c.answered} of {c.total}</td><td>{c.first_time}</td>"
+            f"<td>{c.passed} of {c.exercises}</td></tr>"
             for lesson, c in self.counts.items()
         )
         self.table.value = (
             '<table style="border-spacing: 16px 2px; margin-left: -16px">'
-            "<tr><th>lesson</th><th>answered</th><th>correct</th><th>total</th></tr>" + rows + "</table>"
+            "<tr><th>lesson</th><th>quizzes answered</th><th>right the first time</th><th>exercises passed</th>"
+            "</tr>" + rows + "</table>"
         )
         if snapshot.newer:
             self.note.value = (

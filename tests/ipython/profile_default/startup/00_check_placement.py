@@ -91,6 +91,8 @@ _MOVES = {torch.Tensor.to, torch.Tensor.cuda}
 _LEAVES = {torch.Tensor.copy_}  # copy_ may copy across devices; the copy stays where it is
 _INDEXING = {torch.Tensor.__getitem__, torch.Tensor.__setitem__}
 _UNCHECKED = {torch._has_compatible_shallow_copy_type}  # nn.Module._apply asks it about a tensor and its move
+# Arguments that stay on the CPU on any device: a packed sequence's lengths and batch sizes (nn.utils.rnn).
+_ON_THE_CPU = {torch._pack_padded_sequence: 1, torch.lstm: 1, torch.gru: 1, torch.rnn_tanh: 1, torch.rnn_relu: 1}
 _SHAPE_OF_SECOND = {torch.Tensor.view_as, torch.Tensor.reshape_as, torch.Tensor.expand_as}  # its size, not its data
 
 
@@ -114,6 +116,8 @@ class StandInGPU(TorchFunctionMode):
             raise unplaced_error("a tensor on devices[0] was turned into a numpy array (use .cpu() first)")
         # An index may stay on the CPU; view_as and the like read only their second tensor's shape.
         checked = [args[0], *args[2:]] if func in _INDEXING | _SHAPE_OF_SECOND else list(args)
+        if func in _ON_THE_CPU and isinstance(args[_ON_THE_CPU[func]], torch.Tensor):
+            checked.pop(_ON_THE_CPU[func])
         tensors = [*tensors_in(checked), *tensors_in(kwargs.values())]
         placed = any(is_placed(t) for t in tensors)
         if placed:
@@ -226,6 +230,15 @@ def install(patch=setattr) -> StandInGPU:
         return next(iter(CHOSEN.values())) if where.type == "cpu" and is_placed(self) and CHOSEN else where
 
     patch(torch.Tensor, "device", property(device))
+
+    load = torch.load
+
+    def load_to(*args, **kwargs):  # a tensor's place travels with it through torch.save; map_location moves it
+        loaded = load(*args, **kwargs)
+        destination = _destination([kwargs.get("map_location")], {})
+        return loaded if destination is None else mark(loaded, placed=destination == "gpu")
+
+    patch(torch, "load", load_to)
     patch(nn.Module, "to", to)
     patch(nn.Module, "cuda", cuda)
     patch(data_parallel, "_check_placement", checked_placement)

@@ -75,7 +75,7 @@ def add_classroom_metadata(notebook: nbformat.NotebookNode, edition: str = "inst
 
     JupyterLab reads ``jupyter.source_hidden`` and ``jupyter.outputs_hidden``; ``collapsed`` is the older
     name for hidden outputs, which the classic notebook and nbconvert's templates read. The student edition
-    shows its solution cells open: their stubs are the learner's to edit. Cell ids follow the order.
+    shows its solution cells open where they hold a stub, the learner's to edit. Cell ids follow the order.
     """
     grade_ids: dict[str, int] = {}
     for index, cell in enumerate(notebook.cells):
@@ -92,7 +92,9 @@ def add_classroom_metadata(notebook: nbformat.NotebookNode, edition: str = "inst
                 grading["grade_id"] += f"-{uses}"
             cell.metadata["nbgrader"] = grading
         hidden = {}
-        if SOLUTION_TAG in tags and edition == "instructor":
+        # A solution is hidden in the instructor edition; in the student edition it is a stub to edit, and only
+        # a solution with no stub in it (a worked example without markers) stays hidden there too.
+        if SOLUTION_TAG in tags and (edition == "instructor" or not SOLUTION.search(cell.source)):
             hidden["source_hidden"] = True
         if REVEALS_ANSWER_TAG in tags:
             hidden["outputs_hidden"] = True

@@ -13,7 +13,7 @@ import torch
 
 import dpcourse
 from dpcourse import memory
-from dpcourse.ddp.memory import measure_ranks
+from dpcourse.ddp.memory import measure_ddp, measure_ranks
 from dpcourse.memory import CATEGORIES, MLP, Setup
 from dpcourse.memory.peak import allocations
 
@@ -37,11 +37,20 @@ SETUPS = {
 
 @pytest.fixture(scope="module")
 def measured() -> dict[str, memory.Breakdown]:
-    return {name: memory.measure(setup) for name, setup in SETUPS.items()}
+    measured = {name: memory.measure(setup) for name, setup in SETUPS.items() if setup.kind != "DDP"}
+    ddp = {name: setup for name, setup in SETUPS.items() if setup.kind == "DDP"}
+    for name, setup in ddp.items():  # each alone: the next test checks that one launch measures the same
+        (measured[name],) = measure_ddp([setup])
+    return measured
+
+
+def test_ddp_is_measured_in_its_ranks_and_memory_measure_says_where():
+    with pytest.raises(ValueError, match=r"dpcourse.ddp.memory.measure_ddp\(\[setup\]\)"):
+        memory.measure(Setup(kind="DDP", devices=2))
 
 
 def test_several_ddp_setups_in_one_launch_measure_as_each_alone(measured):
-    both = memory.measure_ddp([SETUPS["DDP x2, Adam"], Setup(kind="DDP", devices=2, model=SMALL, batch=8)])
+    both = measure_ddp([SETUPS["DDP x2, Adam"], Setup(kind="DDP", devices=2, model=SMALL, batch=8)])
     assert both[0].devices == measured["DDP x2, Adam"].devices
     assert both[1].devices == memory.predict(both[1].setup).devices
 
@@ -103,7 +112,7 @@ def test_ddp_ranks_are_equal_and_the_bucket_view_saves_exactly_the_gradients(mea
     assert ddp.devices[0]["all-reduce buckets"] == ddp.devices[0]["gradients"] == Setup().model.parameters * 4
     viewed = measured["DDP x3, uneven batch, bucket view"]
     assert all(d == viewed.devices[0] for d in viewed.devices) and viewed.devices[0]["all-reduce buckets"] == 0
-    default = memory.measure(Setup(kind="DDP", devices=3, batch=10, optimizer="SGD with momentum", model=SMALL))
+    (default,) = measure_ddp([Setup(kind="DDP", devices=3, batch=10, optimizer="SGD with momentum", model=SMALL)])
     assert default.totals[0] - viewed.totals[0] == viewed.devices[0]["gradients"]
 
 

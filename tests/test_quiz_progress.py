@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-import dpcourse.quiz.progress as progress_module
+import dpcourse.progress as progress_module
 from dpcourse import course, exercises
 from dpcourse.exercises.registry import exercises_of
 from dpcourse.quiz import LESSONS, Progress, ProgressSummary, all_questions, ask, ask_lesson, export_csv, find_question

@@ -4,7 +4,7 @@ import importlib
 from collections.abc import Callable
 
 from ..course import LESSONS
-from ..quiz.progress import Progress
+from ..progress import Progress
 from .check import NOT_ATTEMPTED, Exercise, Report, run
 
 EXERCISES: dict[str, Exercise] = {}
@@ -29,7 +29,7 @@ def check(name: str, function: Callable) -> Report:
     """Run the learner's ``function`` through exercise ``name``'s cases; the report shows itself in the notebook.
 
     A check of a function the learner wrote (not an untouched stub) is recorded in their progress file
-    (``dpcourse.quiz.progress``), passed or not, so that ``ProgressSummary`` can count the exercises passed.
+    (``dpcourse.progress``), passed or not, so that ``ProgressSummary`` can count the exercises passed.
     """
     _load()
     if name not in EXERCISES:

@@ -20,8 +20,8 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-import dpcourse
 from dpcourse.data_parallel import DataParallel
+from dpcourse.devices import devices as choose_devices
 from dpcourse.replicate import tensor_at
 
 from ..examples import loss_fn
@@ -135,23 +135,16 @@ def _data_parallel(setup: Setup, devices: list[torch.device]) -> tuple[list[dict
 def measure(setup: Setup) -> Breakdown:
     """Run ``setup`` for real and count its bytes per device and category (see ``dpcourse.memory.accounting``).
 
-    One device and DataParallel run here, on ``dpcourse.devices(n)`` (CPU devices without a GPU); DDP starts
-    ``setup.devices`` processes (``dpcourse.ddp.launch``; ``measure_ddp`` measures several setups in one launch).
+    One device and DataParallel run here, on ``dpcourse.devices(n)`` (CPU devices without a GPU). DDP is counted
+    inside each rank's own process: ``dpcourse.ddp.memory.measure_ddp([setup])``.
     """
     if setup.kind == "DDP":
-        return measure_ddp([setup])[0]
-    devices = dpcourse.devices(setup.devices)
+        raise ValueError("DDP's memory is counted in each rank's own process: use "
+                         "dpcourse.ddp.memory.measure_ddp([setup]), which starts the ranks.")
+    devices = choose_devices(setup.devices)
     if setup.devices == 1:  # DataParallel on one device calls the module itself
         return Breakdown(setup, _one_device(setup, devices[0]), "measured")
     return Breakdown(setup, _data_parallel(setup, devices)[0], "measured")
-
-
-def measure_ddp(setups: Sequence[Setup]) -> list[Breakdown]:
-    """``measure`` for several DDP setups on as many ranks, in one launch of the ranks (the costly part)."""
-    from dpcourse.ddp.memory import measure_ranks  # dpcourse.ddp.memory builds on this package
-
-    return [Breakdown(setup, [rank["bytes"] for rank in ranks], "measured")
-            for setup, ranks in zip(setups, measure_ranks(setups), strict=True)]
 
 
 def copies_alive_at_the_sum(setup: Setup) -> int:
@@ -162,4 +155,4 @@ def copies_alive_at_the_sum(setup: Setup) -> int:
     """
     if setup.kind != "DataParallel" or setup.devices < 2:
         raise ValueError(f"copies_alive_at_the_sum needs kind='DataParallel' on 2 or more devices, not {setup}.")
-    return _data_parallel(setup, dpcourse.devices(setup.devices))[1].copies_alive
+    return _data_parallel(setup, choose_devices(setup.devices))[1].copies_alive

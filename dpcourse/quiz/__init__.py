@@ -6,14 +6,14 @@
 
 The questions are data, ``dpcourse/quizzes/<lesson>.toml`` (format: ``dpcourse.quiz.schema``). Each
 names an experiment (``experiments/lessonNN.py``) that runs dpcourse and measures the answer. Answers are saved
-to a progress file only when the learner submits one (``dpcourse.quiz.progress``);
+to a progress file only when the learner submits one (``dpcourse.progress``);
 ``ProgressSummary()`` shows the counts per lesson and ``export_csv(path)`` writes them for an instructor.
 """
 
+from ..progress import Progress
 from .bank import LESSONS, all_questions, find_question, load_lesson
 from .experiments import EXPERIMENTS, run_experiment
 from .outcome import Outcome, only_true
-from .progress import Progress
 from .report import ProgressSummary, export_csv
 from .schema import Question, QuizFormatError, parse_file
 from .widget import LessonQuiz, QuizWidget, ask, ask_lesson

@@ -8,8 +8,8 @@ from pathlib import Path
 import ipywidgets as widgets
 
 from ..course import LESSONS as COURSE
+from ..progress import Progress, Snapshot
 from .bank import all_questions
-from .progress import Progress, Snapshot
 from .schema import Question
 
 CSV_COLUMNS = ("kind", "lesson", "id", "attempts", "first_correct", "last_answer", "last_time")

@@ -14,10 +14,10 @@ import ipywidgets as widgets
 from dpcourse.viz.png import css_width, png_bytes
 from dpcourse.widgets._base import reports_errors, show_png
 
+from ..progress import Progress
 from .bank import find_question, load_lesson
 from .experiments import run_experiment
 from .outcome import Outcome
-from .progress import Progress
 from .schema import ARTICLE, Question
 
 PLACEHOLDERS = {"number": "a number, e.g. 3 or 0.25", "shape": "a shape, e.g. (4,) or [2, 3]"}

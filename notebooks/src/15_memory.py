@@ -22,6 +22,7 @@ import dataclasses
 import torch
 
 from dpcourse import exercises, memory, quiz, viz, widgets
+from dpcourse.ddp import memory as ddp_memory
 from dpcourse.ddp.launcher import backend_for
 from dpcourse.memory import MIB, Setup
 
@@ -194,14 +195,14 @@ print(f"parameter copies of replica 1 still alive when its gradients reach the s
 quiz.ask("15-ddp-rank-memory")
 
 # %% [markdown]
-# `memory.measure_ddp` starts the ranks with `dpcourse.ddp.launch` and counts inside each rank's process
+# `ddp_memory.measure_ddp` (`dpcourse.ddp.memory`) starts the ranks with `dpcourse.ddp.launch` and counts inside each rank's process
 # (`dpcourse/ddp/memory.py`); DDP reports the bytes of its buckets itself. The ranks use the backend printed at
 # the top: [NCCL](00_start_here.ipynb#Glossary) needs one GPU per rank, so it is used only when every rank has a GPU of its own;
 # otherwise gloo, with the ranks' tensors on the CPU. Two ranks of 128 samples each,
 # against DataParallel on two devices (`viewed`, measured in the same launch, comes below):
 
 # %% tags=["reveals-answer"]
-ddp, viewed = memory.measure_ddp([Setup(kind="DDP", devices=2), Setup(kind="DDP", devices=2, bucket_view=True)])
+ddp, viewed = ddp_memory.measure_ddp([Setup(kind="DDP", devices=2), Setup(kind="DDP", devices=2, bucket_view=True)])
 dp2 = memory.measure(Setup(kind="DataParallel", devices=2))
 print(ddp, dp2, sep="\n\n")
 viz.memory_bars([dp2, ddp])

@@ -4,6 +4,7 @@ Each runs the real thing and counts bytes with ``dpcourse.memory`` (see ``experi
 """
 
 from dpcourse import memory, viz
+from dpcourse.ddp import memory as ddp_memory
 from dpcourse.memory import MIB, MLP, Setup
 
 from ..outcome import Outcome, only_true
@@ -78,7 +79,7 @@ def _model_state(device: dict[str, int]) -> int:
 def ddp_rank_memory() -> Outcome:
     """DDP on 2 real ranks and DataParallel on 2 devices, Adam, batch 256: each device's bytes, counted."""
     dp = memory.measure(Setup(kind="DataParallel", devices=2, batch=256, optimizer="Adam", model=MODEL))
-    ddp = memory.measure(Setup(kind="DDP", devices=2, batch=256, optimizer="Adam", model=MODEL))
+    (ddp,) = ddp_memory.measure_ddp([Setup(kind="DDP", devices=2, batch=256, optimizer="Adam", model=MODEL)])
     rank, first = ddp.devices[0], dp.devices[0]
     ratio = _model_state(rank) / _model_state(first)
     text = (

@@ -37,11 +37,17 @@ import tempfile
 import time
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import filelock
 
-from .schema import Question
+
+class Question(Protocol):
+    """What the file keeps of a quiz question (``dpcourse.quiz.Question``): its id and its lesson."""
+
+    id: str
+    lesson: str
+
 
 ENV_VAR = "DPCOURSE_PROGRESS"
 VERSION = 1

@@ -29,3 +29,36 @@ def test_a_core_module_importing_the_trace_breaks_a_contract(tmp_path):
     result = lint_imports(tmp_path)
     assert result.returncode != 0
     assert "dpcourse.replicate -> dpcourse.trace" in result.stdout
+
+
+def _planted(tmp_path: Path, module: str, line: str) -> subprocess.CompletedProcess:
+    shutil.copytree(ROOT / "dpcourse", tmp_path / "dpcourse", ignore=shutil.ignore_patterns("__pycache__"))
+    path = tmp_path / "dpcourse" / module
+    path.write_text(path.read_text() + line)
+    return lint_imports(tmp_path)
+
+
+def test_an_import_inside_a_function_that_closes_a_cycle_breaks_the_contract(tmp_path):
+    # The memory <-> ddp cycle once hid this way: measure.py imported dpcourse.ddp.memory inside a function.
+    result = _planted(tmp_path, "memory/measure.py", "\ndef _hidden():\n    from dpcourse.ddp import memory  # noqa\n")
+    assert result.returncode != 0
+    assert "dpcourse.memory.measure -> dpcourse.ddp.memory" in result.stdout
+
+
+def test_the_contract_names_every_module_of_the_package():
+    import tomllib
+
+    import grimp
+
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]
+    (contract,) = config["contracts"]
+    named = {name.strip() for layer in contract["layers"] for name in layer.split("|")}
+    modules = {module.split(".")[1] for module in grimp.build_graph("dpcourse").modules if "." in module}
+    assert modules == named, f"missing from the layers: {modules - named}; not in the package: {named - modules}"
+
+
+def test_no_module_of_the_package_goes_through_the_dpcourse_facade():
+    # Importing dpcourse's own modules shows each module's real edges; `import dpcourse` hid them.
+    graph = __import__("grimp").build_graph("dpcourse")
+    through_facade = sorted(m for m in graph.modules if "dpcourse" in graph.find_modules_directly_imported_by(m))
+    assert not through_facade, f"import the module, not the facade: {through_facade}"

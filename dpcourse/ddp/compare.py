@@ -18,8 +18,10 @@ from collections.abc import Sequence
 import torch
 import torch.distributed as dist
 
-import dpcourse
 from dpcourse import examples
+from dpcourse.data_parallel import DataParallel
+from dpcourse.devices import devices as choose_devices
+from dpcourse.trace import trace
 
 from .allreduce import reduce_then_broadcast, ring_all_reduce
 from .launcher import device, launch
@@ -135,10 +137,10 @@ def dataparallel_bytes(n: int, batch: int = 8) -> dict[str, int]:
     replica 1..n-1), ``reduce-add`` what it took in (each of those replicas' gradients, added into replica
     0's). ``parameters`` is the model's size in bytes, the ``S`` of an all-reduce of its gradients.
     """
-    devices = dpcourse.devices(n)
+    devices = choose_devices(n)
     model = examples.make_model().to(devices[0])
     x, y = (t.to(devices[0]) for t in examples.make_batch(batch))
-    with dpcourse.trace() as traced:
-        examples.loss_fn(dpcourse.DataParallel(model, devices)(x), y).backward()
+    with trace() as traced:
+        examples.loss_fn(DataParallel(model, devices)(x), y).backward()
     return {"parameters": sum(p.numel() * p.element_size() for p in model.parameters()),
             **{step: sum(s.bytes_copied for s in traced.steps(step)) for step in ("replicate", "reduce-add")}}

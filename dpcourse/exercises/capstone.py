@@ -25,7 +25,7 @@ from typing import Any
 import torch
 from torch import nn
 
-import dpcourse
+from dpcourse.data_parallel import DataParallel
 
 from .check import Case, Exercise, equals, first_difference
 from .registry import register
@@ -233,7 +233,7 @@ def _judge_data_parallel(case: Case, answer: Any) -> str | None:
     is ``[cuda:0, ...]`` on a GPU machine and would need the reference model moved there.
     """
     (mine, x, n), reference = case.args, case.context["reference"]
-    expected = _step(dpcourse.DataParallel(reference, devices=["cpu"] * n)(x))
+    expected = _step(DataParallel(reference, devices=["cpu"] * n)(x))
     if not isinstance(answer, torch.Tensor) or answer.grad_fn is None:
         return "data_parallel must return the gathered output, still attached to the graph (no .detach())"
     checks = [

@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 from torch.profiler import ProfilerActivity, profile, record_function
 
-import dpcourse
+from dpcourse.data_parallel import DataParallel
 
 from ..examples import loss_fn
 from .accounting import state_tensors, storage_bytes
@@ -124,7 +124,7 @@ def cuda_peaks(setup: Setup) -> list[int]:
     model = setup.model.build().to(devices[0])
     parameters = list(model.parameters())
     optimizer = make_optimizer(setup.optimizer, parameters)
-    run = dpcourse.DataParallel(model, devices) if setup.devices > 1 else model
+    run = DataParallel(model, devices) if setup.devices > 1 else model
     x, y = setup.model.batch(setup.batch)
     x, y = (x if setup.devices > 1 else x.to(devices[0])), y.to(devices[0])  # DataParallel copies the chunks
 

@@ -13,13 +13,14 @@ from collections.abc import Callable, Iterator
 import torch
 from torch import nn
 
-import dpcourse
 from dpcourse import by_hand
+from dpcourse.data_parallel import DataParallel
+from dpcourse.devices import devices as choose_devices
 
 
 def first_device() -> torch.device:
     """``devices[0]``: where the model and the batch start, and where outputs and gradients end up."""
-    return dpcourse.devices(1)[0]
+    return choose_devices(1)[0]
 
 
 def seeded_randn(*shape: int, seed: int = 0) -> torch.Tensor:
@@ -34,9 +35,9 @@ def seeded_module(factory: Callable[[], nn.Module], seed: int = 0) -> nn.Module:
         return factory().to(first_device())
 
 
-def data_parallel_over(module: nn.Module, n_devices: int) -> dpcourse.DataParallel:
+def data_parallel_over(module: nn.Module, n_devices: int) -> DataParallel:
     """``dpcourse.DataParallel`` over ``dpcourse.devices(n_devices)``, with the module on ``devices[0]``."""
-    return dpcourse.DataParallel(module.to(first_device()), devices=dpcourse.devices(n_devices))
+    return DataParallel(module.to(first_device()), devices=choose_devices(n_devices))
 
 
 def run_three_forwards(model: nn.Module, n_devices: int, rows: int = 4, features: int = 2) -> nn.Module:
@@ -83,7 +84,7 @@ def replica_gradients(
     The copies are ``Broadcast``'s outputs, non-leaf tensors, so ``autograd.grad`` asks for their gradients. The
     same backward fills ``model``'s own ``.grad``: what DataParallel makes of the copies' gradients.
     """
-    run = by_hand.forward(model, x, dpcourse.devices(n_devices), first_device())
+    run = by_hand.forward(model, x, choose_devices(n_devices), first_device())
     loss = loss_of(run.gathered)
     names = [name for name, _ in model.named_parameters()]
     grads = torch.autograd.grad(loss, run.parameter_copies(names), retain_graph=True)

@@ -11,7 +11,8 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader, RandomSampler
 
-import dpcourse
+from dpcourse.data_parallel import DataParallel
+from dpcourse.devices import devices as choose_devices
 from dpcourse.scripts.common import BATCH, LR, SEED, make_dataset, make_model
 
 
@@ -25,9 +26,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse(argv)
-    devices = dpcourse.devices(args.devices)
+    devices = choose_devices(args.devices)
     device = devices[0]
-    model = dpcourse.DataParallel(make_model().to(device), devices)
+    model = DataParallel(make_model().to(device), devices)
     optimizer = torch.optim.SGD(model.parameters(), lr=LR)
     dataset = make_dataset()
     for epoch in range(args.epochs):

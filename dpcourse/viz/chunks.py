@@ -8,7 +8,8 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
-import dpcourse
+from dpcourse.devices import devices as choose_devices
+from dpcourse.scatter_gather import scatter_kwargs
 
 from .palette import (
     IDLE_COLOR,
@@ -57,13 +58,13 @@ def chunk_split(
     * keyword tensors of different sizes are zipped, so rows beyond the shortest one's chunk count are
       **dropped** (hatched): no replica ever sees them.
     """
-    devices = dpcourse.devices(n_devices)
+    devices = choose_devices(n_devices)
     rank = batch.dim() if isinstance(batch, torch.Tensor) else 1
     size = batch.size(dim) if isinstance(batch, torch.Tensor) else batch
     tensors = {"batch": _row_numbers(size, rank, dim)}
     tensors |= {name: _row_numbers(b, rank, dim) for name, b in (kwargs_batches or {}).items()}
     keywords = {name: t for name, t in tensors.items() if name != "batch"}
-    inputs, kwargs = dpcourse.scatter_kwargs((tensors["batch"],), keywords or None, devices, dim)
+    inputs, kwargs = scatter_kwargs((tensors["batch"],), keywords or None, devices, dim)
     received = {"batch": _received(inputs, lambda args: args[0] if args else None)}
     received |= {name: _received(kwargs, lambda kw, name=name: kw.get(name)) for name in keywords}
     chunks = [len(rows) for rows in received["batch"] if rows is not None]

@@ -12,9 +12,10 @@ import torch
 from matplotlib.figure import Figure
 from torch import nn
 
-import dpcourse
 from dpcourse import examples, memory, recording
-from dpcourse.trace import Trace
+from dpcourse.data_parallel import DataParallel
+from dpcourse.devices import devices as choose_devices
+from dpcourse.trace import Trace, trace
 
 from .chunks import chunk_split
 from .gather import gather_view
@@ -31,13 +32,13 @@ def example_trace(n_devices: int = 3, batch: int = 64) -> Trace:
 
     One step runs first, untraced: the very first one also pays for starting up allocators and threads.
     """
-    devices = dpcourse.devices(n_devices)
+    devices = choose_devices(n_devices)
     model = examples.make_model().to(devices[0])
-    data_parallel = dpcourse.DataParallel(model, devices)
+    data_parallel = DataParallel(model, devices)
     x, _ = examples.make_batch(batch, device=devices[0])
     data_parallel(x).pow(2).mean().backward()
     model.zero_grad()
-    with dpcourse.trace() as recorded:
+    with trace() as recorded:
         loss = data_parallel(x).pow(2).mean()
         loss.backward()
     return recorded
@@ -66,7 +67,7 @@ def recorded_gpu_timeline() -> Figure:
 FIGURES: dict[str, Callable[[], Figure]] = {
     "chunk_split": lambda: chunk_split(10, 4),
     "chunk_split_idle_and_kwargs": lambda: chunk_split(6, 4, kwargs_batches={"mask": 6, "lengths": 2}),
-    "replicate_map": lambda: example_replicate_map(dpcourse.devices(3)),
+    "replicate_map": lambda: example_replicate_map(choose_devices(3)),
     "gather_view": lambda: gather_view([3, 3, 3, 1]),
     "gather_view_scalars": lambda: gather_view([3, 3, 3, 1], scalars=True),
     "gradient_sum": gradient_sum,

@@ -7,8 +7,9 @@ from collections.abc import Sequence
 import torch
 from matplotlib.figure import Figure
 
-import dpcourse
 from dpcourse.devices import DeviceLike
+from dpcourse.devices import devices as choose_devices
+from dpcourse.scatter_gather import gather
 
 from .palette import cell, device_color, device_handles, legend_below, new_figure
 
@@ -34,14 +35,14 @@ def gather_view(
 
     The returned figure carries ``fig.dpcourse_data = {"gathered", "owners", "warning"}``.
     """
-    devices = dpcourse.devices(len(output_sizes))
+    devices = choose_devices(len(output_sizes))
     sizes = [1] * len(devices) if scalars else list(output_sizes)
     row = () if features is None else (features,)
     outputs = [torch.tensor(float(i), device=d) if scalars else torch.full((b, *row), float(i), device=d)
                for i, (b, d) in enumerate(zip(sizes, devices, strict=True))]
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        gathered = dpcourse.gather(outputs, target_device)
+        gathered = gather(outputs, target_device)
     warning = str(caught[0].message) if caught else None
     owners = [int(v) for v in gathered.reshape(len(gathered), -1)[:, 0].tolist()]  # a row holds its replica number
 

@@ -11,9 +11,9 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 from torch import nn
 
-import dpcourse
 from dpcourse import by_hand, examples
 from dpcourse._functions import SCALAR_GATHER_WARNING
+from dpcourse.devices import devices as choose_devices
 from dpcourse.replicate import tensor_at
 
 from .palette import COMBINED_COLOR, REFERENCE, device_color, device_handles, legend_below, new_figure, plural
@@ -26,7 +26,7 @@ def _forward(module: nn.Module, inputs: tuple, n_devices: int) -> by_hand.Forwar
     outputs is silenced, since the figures explain it instead."""
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=re.escape(SCALAR_GATHER_WARNING))
-        return by_hand.forward(module, inputs, dpcourse.devices(n_devices))
+        return by_hand.forward(module, inputs, choose_devices(n_devices))
 
 
 def _largest_entries(grad: torch.Tensor) -> list[int]:
@@ -62,7 +62,7 @@ def gradient_sum(
 
     The returned figure carries ``fig.dpcourse_data`` with every tensor drawn and ``max_abs_diff``.
     """
-    device = dpcourse.devices(1)[0]
+    device = choose_devices(1)[0]
     model = (model_factory or examples.make_model)().to(device)
     name = param or _first_weight(model)
     names = [n for n, _ in model.named_parameters()]
@@ -139,7 +139,7 @@ def per_replica_mean_bias(batch: int = 7, n_devices: int = 2) -> Figure:
 
     The returned figure carries ``fig.dpcourse_data`` with the weights, both gradients and ``max_abs_diff``.
     """
-    device = dpcourse.devices(1)[0]
+    device = choose_devices(1)[0]
     model = examples.make_model().to(device)
     x, y = examples.make_batch(batch, device=device)
     per_sample = torch.ones(batch, device=x.device, requires_grad=True)

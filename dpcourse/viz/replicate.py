@@ -8,8 +8,8 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 from torch import nn
 
-import dpcourse
 from dpcourse.devices import DeviceLike
+from dpcourse.replicate import replicate
 
 from .palette import IDLE_COLOR, cell, device_color, device_label, grid_axes, legend_below, new_figure
 
@@ -84,7 +84,7 @@ def replicate_map(module: nn.Module, devices: Sequence[DeviceLike]) -> Figure:
     The returned figure carries ``fig.dpcourse_data = {"relations": {name: [one per replica]}}``.
     """
     devices = list(devices)
-    replicas = dpcourse.replicate(module, devices)
+    replicas = replicate(module, devices)
     entries = list(_entries(module))
     paths = {id(sub): prefix for prefix, sub in module.named_modules()}
 

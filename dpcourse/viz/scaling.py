@@ -7,7 +7,8 @@ import torch
 from matplotlib.figure import Figure
 from torch import nn
 
-import dpcourse
+from dpcourse.data_parallel import DataParallel
+from dpcourse.devices import devices as choose_devices
 from dpcourse.timing import synchronized_clock, timed_step
 from dpcourse.trace import Trace
 
@@ -39,8 +40,8 @@ def measure_scaling(
     """
     measured = {}
     for n in device_counts:
-        devices = dpcourse.devices(n)
-        data_parallel = dpcourse.DataParallel(model.to(devices[0]), devices)
+        devices = choose_devices(n)
+        data_parallel = DataParallel(model.to(devices[0]), devices)
         x, clock = batch.to(devices[0]), synchronized_clock(devices)
         times = [timed_step(data_parallel, model, x, lambda output: output.pow(2).mean(), clock=clock).seconds
                  for _ in range(steps + 1)]

@@ -3,8 +3,9 @@
 import ipywidgets as widgets
 import torch
 
-import dpcourse
 from dpcourse import viz
+from dpcourse.devices import devices as choose_devices
+from dpcourse.scatter_gather import scatter
 from dpcourse.viz.palette import plural
 
 from ._base import Explorer, int_slider, paragraph, reports_errors
@@ -64,7 +65,7 @@ class ChunkExplorer(Explorer):
     def _update(self, _change: object = None) -> None:
         batch, n_devices, dim = self.batch_slider.value, self.devices_slider.value, self.dim_slider.value
         shape = batch_shape(batch, dim)
-        chunks = dpcourse.scatter(torch.zeros(shape), dpcourse.devices(n_devices), dim)
+        chunks = scatter(torch.zeros(shape), choose_devices(n_devices), dim)
         self.chunk_sizes = [c.shape[dim] for c in chunks]
         along = "row" if dim == 0 else "slice"
         chunk_shapes = ", ".join(str(list(c.shape)) for c in chunks)

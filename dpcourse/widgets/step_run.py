@@ -18,9 +18,10 @@ import dataclasses
 import torch
 from torch import nn
 
-import dpcourse
 from dpcourse import by_hand, examples
+from dpcourse.devices import devices as choose_devices
 from dpcourse.trace import Trace
+from dpcourse.trace import trace as trace_steps
 
 LEARNING_RATE = 0.1
 
@@ -69,14 +70,14 @@ def run_step(n_devices: int, batch: int, lr: float = LEARNING_RATE) -> StepRecor
 
     Runs on ``dpcourse.devices(n_devices)``, traced, and the same step on one device as the oracle.
     """
-    devices = dpcourse.devices(n_devices)
+    devices = choose_devices(n_devices)
     model = examples.make_model().to(devices[0])
     single = examples.twin(model)
     x, y = examples.make_batch(batch, device=devices[0])
     names = [name for name, _ in model.named_parameters()]
     before = {name: p.detach().clone() for name, p in model.named_parameters()}
 
-    with dpcourse.trace() as recorded:
+    with trace_steps() as recorded:
         run = by_hand.forward(model, x, devices)
         loss = examples.loss_fn(run.gathered, y)
         found = torch.autograd.grad(loss, [*run.outputs, *run.parameter_copies(names), *model.parameters()])

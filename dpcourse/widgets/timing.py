@@ -11,10 +11,12 @@ import dataclasses
 import statistics
 from collections.abc import Sequence
 
-import dpcourse
 from dpcourse import examples
+from dpcourse.data_parallel import DataParallel
+from dpcourse.devices import devices as choose_devices
 from dpcourse.timing import StepTimes, one_thread_per_operation, synchronized_clock, timed_step
 from dpcourse.trace import STEPS, Span, Trace
+from dpcourse.trace import trace as trace_steps
 from dpcourse.workloads import WIDE_MLP, ModelToTime
 
 from ._base import paragraph, table
@@ -64,10 +66,10 @@ class TracedTraining:
     """
 
     def __init__(self, choice: ModelToTime, n_devices: int, batch: int) -> None:
-        devices = dpcourse.devices(n_devices)
+        devices = choose_devices(n_devices)
         self.on_cpu = all(device.type == "cpu" for device in devices)
         self.model = choice.model().to(devices[0])
-        self.data_parallel = dpcourse.DataParallel(self.model, devices)
+        self.data_parallel = DataParallel(self.model, devices)
         self.x, self.y = choice.batch(batch, devices[0])
         self.clock = synchronized_clock(devices)
         self.warmed_up = False
@@ -84,7 +86,7 @@ class TracedTraining:
                 self.warmed_up = True
             measured = []
             for _ in range(steps):
-                with dpcourse.trace() as recorded:
+                with trace_steps() as recorded:
                     times = self._step()
                 measured.append(TimedStep(recorded, times))
         return measured

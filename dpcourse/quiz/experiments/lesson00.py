@@ -8,8 +8,8 @@ from unittest import mock
 import torch
 from torch import nn
 
-import dpcourse
 from dpcourse import viz
+from dpcourse.trace import trace
 
 from ..lab import data_parallel_over, seeded_module, seeded_randn
 from ..outcome import Outcome, only_true
@@ -45,7 +45,7 @@ def laptop_passthrough() -> Outcome:
 def four_steps_in_order() -> Outcome:
     """Trace one forward on 2 devices and list the steps in the order they started."""
     dp = data_parallel_over(seeded_module(lambda: nn.Linear(4, 2)), 2)
-    with dpcourse.trace() as recorded:
+    with trace() as recorded:
         dp(seeded_randn(8, 4))
     names = {"forward": "parallel_apply"}  # the trace calls each replica's part of parallel_apply "forward"
     order = list(dict.fromkeys(names.get(span.step, span.step) for span in recorded.spans))

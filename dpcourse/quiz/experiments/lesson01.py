@@ -2,7 +2,7 @@
 itself.
 """
 
-import dpcourse
+from dpcourse.trace import trace
 
 from ..lab import Counter, Mean, caught_warnings, data_parallel_over, seeded_randn
 from ..outcome import Outcome
@@ -12,7 +12,7 @@ def counter_on_one_device() -> Outcome:
     """With a single device DataParallel calls the module itself, so ``self.calls += 1`` counts every forward."""
     model = Counter()
     dp = data_parallel_over(model, 1)
-    with dpcourse.trace() as recorded:
+    with trace() as recorded:
         for _ in range(3):
             dp(seeded_randn(4, 2))
     text = (

@@ -5,8 +5,10 @@ and keyword inputs, and a recurrent state whose batch is not on dim 0.
 import torch
 from torch import nn
 
-import dpcourse
 from dpcourse import viz
+from dpcourse.devices import devices as choose_devices
+from dpcourse.scatter_gather import scatter, scatter_kwargs
+from dpcourse.trace import trace
 
 from ..lab import data_parallel_over, error_summary, first_device, raised_by, seeded_module, seeded_randn
 from ..outcome import Outcome, only_true
@@ -14,8 +16,8 @@ from ..outcome import Outcome, only_true
 
 def ten_rows_on_four_devices() -> Outcome:
     """Scatter ``arange(10)`` over 4 devices and print which rows each replica gets."""
-    devices = dpcourse.devices(4)
-    chunks = dpcourse.scatter(torch.arange(10, device=first_device()), devices)
+    devices = choose_devices(4)
+    chunks = scatter(torch.arange(10, device=first_device()), devices)
     lines = [f"  replica {i} ({c.device}): rows {c.tolist()}" for i, c in enumerate(chunks)]
     text = "dpcourse.scatter(torch.arange(10), dpcourse.devices(4)):\n" + "\n".join(lines)
     return Outcome(text, ", ".join(str(len(c)) for c in chunks), viz.chunk_split(10, 4))
@@ -24,7 +26,7 @@ def ten_rows_on_four_devices() -> Outcome:
 def six_rows_on_four_devices() -> Outcome:
     """Count the replicas that run forward when 6 rows meet 4 devices."""
     dp = data_parallel_over(seeded_module(lambda: nn.Linear(3, 1)), 4)
-    with dpcourse.trace() as recorded:
+    with trace() as recorded:
         dp(seeded_randn(6, 3))
     forwards = recorded.steps("forward")
     lines = [f"  replica {s.replica} on {s.device}: input {s.shapes[0]}" for s in forwards]
@@ -57,7 +59,7 @@ class Scale(nn.Module):
 def keyword_pads_inputs() -> Outcome:
     """``dp(x, scale=2.0)``, 6 rows on 4 devices: the number is copied 4 times, the rows chunk 3 ways."""
     x = seeded_randn(6, 2)
-    inputs, kwargs = dpcourse.scatter_kwargs((x,), {"scale": 2.0}, dpcourse.devices(4))
+    inputs, kwargs = scatter_kwargs((x,), {"scale": 2.0}, choose_devices(4))
     error = raised_by(lambda: data_parallel_over(Scale(), 4)(x, scale=2.0))
     text = (
         "scatter_kwargs((x,), {'scale': 2.0}, 4 devices):\n"

@@ -8,8 +8,9 @@ import threading
 import torch
 from torch import nn
 
-import dpcourse
 from dpcourse import viz
+from dpcourse.devices import devices as choose_devices
+from dpcourse.replicate import replicate
 
 from ..lab import (
     Counter,
@@ -89,9 +90,9 @@ def parameters_empty_in_replica() -> Outcome:
 
 def replica_zero_shares() -> Outcome:
     """Which replicas use the original weight's memory, and which get a copy."""
-    devices = dpcourse.devices(3)
+    devices = choose_devices(3)
     model = seeded_module(lambda: nn.Linear(3, 2))
-    replicas = dpcourse.replicate(model, devices)
+    replicas = replicate(model, devices)
     original = model.weight.untyped_storage().data_ptr()
     shares = [r.weight.untyped_storage().data_ptr() == original for r in replicas]
     lines = [

@@ -8,8 +8,8 @@ import threading
 import torch
 from torch import nn
 
-import dpcourse
 from dpcourse import viz
+from dpcourse.trace import trace
 
 from ..lab import data_parallel_over, error_summary, first_device, raised_by, seeded_module, seeded_randn
 from ..outcome import Outcome, only_true
@@ -65,7 +65,7 @@ class WhereAmI(nn.Module):
 def one_thread_per_replica() -> Outcome:
     """Record the thread and process of every replica's forward on 4 devices."""
     model = WhereAmI()
-    with dpcourse.trace() as recorded:
+    with trace() as recorded:
         data_parallel_over(model, 4)(seeded_randn(8, 2))
     threads, processes = {t for t, _ in model.places}, {p for _, p in model.places}
     text = f"caller: thread {threading.current_thread().name}, process {os.getpid()}\n" + "\n".join(

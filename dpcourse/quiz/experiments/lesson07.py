@@ -5,8 +5,9 @@ and what uneven chunks do to a mean of means and to BatchNorm.
 import torch
 from torch import nn
 
-import dpcourse
 from dpcourse import viz
+from dpcourse.data_parallel import DataParallel
+from dpcourse.devices import devices as choose_devices
 
 from ..lab import (
     Mean,
@@ -38,7 +39,7 @@ def placement_checked_at_forward() -> Outcome:
     """A model left on another device (here ``meta``): wrapping succeeds, the forward raises."""
     model = nn.Linear(2, 2, device="meta")
     wrapped = []
-    wrap_error = raised_by(lambda: wrapped.append(dpcourse.DataParallel(model, devices=dpcourse.devices(2))))
+    wrap_error = raised_by(lambda: wrapped.append(DataParallel(model, devices=choose_devices(2))))
     forward_error = raised_by(lambda: wrapped[0](seeded_randn(4, 2))) if wrapped else None
     text = (
         f"DataParallel(model on meta, 2 devices) -> {error_summary(wrap_error)}\n"

@@ -2,8 +2,10 @@
 
 from torch import nn
 
-import dpcourse
 from dpcourse import viz
+from dpcourse.devices import devices as choose_devices
+from dpcourse.replicate import replicate
+from dpcourse.trace import trace
 
 from ..lab import data_parallel_over, seeded_module, seeded_randn
 from ..outcome import Outcome
@@ -12,7 +14,7 @@ from ..outcome import Outcome
 def replicate_every_forward() -> Outcome:
     """Trace 3 forwards on 2 devices and count the replicate steps."""
     dp = data_parallel_over(seeded_module(lambda: nn.Linear(64, 64)), 2)
-    with dpcourse.trace() as recorded:
+    with trace() as recorded:
         for _ in range(3):
             dp(seeded_randn(8, 64))
     spans = recorded.steps("replicate")
@@ -23,7 +25,7 @@ def replicate_every_forward() -> Outcome:
 def replicate_bytes() -> Outcome:
     """The bytes one replicate step copies for ``nn.Linear(256, 256)`` on 4 devices."""
     model = seeded_module(lambda: nn.Linear(256, 256))
-    with dpcourse.trace() as recorded:
+    with trace() as recorded:
         data_parallel_over(model, 4)(seeded_randn(8, 256))
     size = sum(p.numel() * p.element_size() for p in model.parameters())
     copied = recorded.steps("replicate")[0].bytes_copied
@@ -38,7 +40,7 @@ def replicate_bytes() -> Outcome:
 def modules_per_forward() -> Outcome:
     """Count the module objects one replicate builds for 50 layers on 4 devices."""
     model = seeded_module(lambda: nn.Sequential(*(nn.Linear(2, 2) for _ in range(50))))
-    replicas = dpcourse.replicate(model, dpcourse.devices(4))
+    replicas = replicate(model, choose_devices(4))
     built = sum(len(list(replica.modules())) for replica in replicas)
     text = (
         f"nn.Sequential of 50 Linear layers = {len(list(model.modules()))} modules\n"

@@ -7,9 +7,11 @@ from collections.abc import Callable
 
 import torch
 
-import dpcourse
 from dpcourse import accumulation, examples
+from dpcourse.data_parallel import DataParallel
 from dpcourse.ddp.accumulation import compare_schedules
+from dpcourse.devices import devices as choose_devices
+from dpcourse.trace import trace
 
 from ..outcome import Outcome, only_true
 
@@ -41,10 +43,10 @@ def accumulate_without_dividing() -> Outcome:
 
 def reduce_add_every_micro_step() -> Outcome:
     """Trace DataParallel on 2 devices through 3 micro-steps: one replicate and one reduce-add in each."""
-    devices = dpcourse.devices(2)
-    dp = dpcourse.DataParallel(examples.make_model().to(devices[0]), devices=devices)
+    devices = choose_devices(2)
+    dp = DataParallel(examples.make_model().to(devices[0]), devices=devices)
     x, y = examples.make_batch(24, device=devices[0])
-    with dpcourse.trace() as recorded:
+    with trace() as recorded:
         accumulation.accumulate(dp, x, y, 8, "1/K")
     counts = {step: len(recorded.steps(step)) for step in ("scatter", "replicate", "reduce-add")}
     text = f"3 micro-steps of 8 rows on 2 devices, traced: {counts}"

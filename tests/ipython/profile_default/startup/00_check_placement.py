@@ -139,7 +139,6 @@ def install(patch=setattr) -> StandInGPU:
     """
     import importlib
 
-    import dpcourse
 
     # dpcourse.data_parallel and dpcourse.replicate are the functions: the modules of the same name are these.
     data_parallel, by_hand, replicate_module, scatter_gather, apply_module = (
@@ -169,9 +168,16 @@ def install(patch=setattr) -> StandInGPU:
         chosen.update((id(device), device) for device in result)
         return result
 
-    for name, module in list(sys.modules.items()):
-        if name.startswith("dpcourse") and getattr(module, "devices", None) is choose_devices:
-            patch(module, "devices", devices)
+    def everywhere(original, replacement):
+        """Put ``replacement`` wherever a loaded dpcourse module holds ``original``, under any name; a module
+        imported later takes it from the module that defines it, which is patched here too."""
+        for name, module in list(sys.modules.items()):
+            if name == "dpcourse" or name.startswith("dpcourse."):
+                for attribute, value in list(vars(module).items()):
+                    if value is original:
+                        patch(module, attribute, replacement)
+
+    everywhere(choose_devices, devices)
 
     def stands_in_for_a_gpu(device):
         return chosen.get(id(device)) is device
@@ -242,14 +248,12 @@ def install(patch=setattr) -> StandInGPU:
     patch(nn.Module, "to", to)
     patch(nn.Module, "cuda", cuda)
     patch(data_parallel, "_check_placement", checked_placement)
-    for module in (dpcourse, data_parallel, replicate_module, by_hand):
-        patch(module, "replicate", checked_replicate)
-    wrappers = {}  # one wrapper per function, so that dpcourse.trace() finds every reference to it
-    for module in (dpcourse, scatter_gather, data_parallel, by_hand, apply_module):
-        for name in ("scatter", "scatter_kwargs", "gather", "parallel_apply"):  # replicas run in threads, unfollowed
-            if hasattr(module, name) and callable(getattr(module, name)):
-                original = getattr(module, name)
-                patch(module, name, wrappers.setdefault(id(original), marking(original)))
+    everywhere(replicate, checked_replicate)
+    # One wrapper per function, so that dpcourse.trace() finds every reference to it; parallel_apply is wrapped
+    # because the replicas run in threads, which the mode does not follow.
+    for module, name in ((scatter_gather, "scatter"), (scatter_gather, "scatter_kwargs"),
+                         (scatter_gather, "gather"), (apply_module, "parallel_apply")):
+        everywhere(getattr(module, name), marking(getattr(module, name)))
     mode = StandInGPU()
     mode.__enter__()
     return mode

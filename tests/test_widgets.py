@@ -28,10 +28,10 @@ from dpcourse.widgets import (
     _base,
 )
 from dpcourse.widgets import timeline as timeline_module
-from dpcourse.widgets.latency import EXPLORERS, measure_all, measure_interactions
 from dpcourse.widgets.stages import STAGES
 from dpcourse.widgets.timeline import placeholder_png
 from dpcourse.widgets.timing import MODELS, TimedStep, TracedTraining
+from tests.benchmarks.widget_latency import EXPLORERS, measure_all, measure_interactions
 from tests.test_figure_layout import _narrow_spans, scaled
 from tests.widget_html import PNG, text
 

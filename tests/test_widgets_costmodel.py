@@ -8,7 +8,7 @@ from dpcourse import costmodel
 from dpcourse.costmodel import PRESETS
 from dpcourse.widgets import CostModelCalculator, _base
 from dpcourse.widgets import costmodel as calculator_module
-from dpcourse.widgets.latency import measure_interactions
+from tests.benchmarks.widget_latency import measure_interactions
 from tests.widget_html import PNG, table_rows, text
 
 

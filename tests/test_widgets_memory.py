@@ -7,7 +7,7 @@ import pytest
 from dpcourse import memory
 from dpcourse.memory import MIB, MLP, Setup
 from dpcourse.widgets import MemoryCalculator, _base
-from dpcourse.widgets.latency import measure_interactions
+from tests.benchmarks.widget_latency import measure_interactions
 from tests.widget_html import PNG, table_rows, text
 
 

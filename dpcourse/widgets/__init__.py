@@ -14,9 +14,9 @@ plain pytest drives them with ``.click()`` and ``.value = ...`` without a kernel
 lives in widget values a test can read: ``HTML`` text and the figure as PNG bytes in ``explorer.image``.
 Errors raised inside a callback appear in red in ``explorer.message``. ``repr(explorer)`` is just the class
 name and the control values (``ChunkExplorer(batch=10, devices=4, dim=0)``), stable for nbval, and nothing
-is printed. ``latency.measure_all()`` times every control of every explorer. In a kernel, ``GradientSum``,
-``StepThrough`` and ``MemoryCalculator`` look ahead (``look_ahead.py``): after a change they prepare the
-learner's likely next settings.
+is printed. ``measure_all()`` in ``tests/benchmarks/widget_latency.py`` times every control of every
+explorer. In a kernel, ``GradientSum``, ``StepThrough`` and ``MemoryCalculator`` look ahead
+(``look_ahead.py``): after a change they prepare the learner's likely next settings.
 """
 
 from .chunks import ChunkExplorer

@@ -128,9 +128,10 @@ def interactions(explorer: object, count: int) -> dict[str, list[float]]:
 
 
 def _measured_by_the_widgets(count: int) -> dict | None:
-    """``dpcourse.widgets.latency.measure_all`` where it exists: the explorers' own definition of a session."""
+    """``tests.benchmarks.widget_latency.measure_all`` where it exists: the explorers' own definition of a
+    session (``dpcourse.widgets.latency`` in older commits)."""
     try:
-        latency = importlib.import_module("dpcourse.widgets.latency")
+        latency = importlib.import_module("tests.benchmarks.widget_latency")
     except ModuleNotFoundError:
         return None
     with contextlib.redirect_stdout(io.StringIO()):
@@ -165,7 +166,7 @@ def widget_latency(found: dict[str, type] | None = None, count: int = 5, run: bo
         return {"controls": [], "slowest_median_ms": None, "worst_ms": None, "note": note}
     print(f"course: widgets {', '.join(found)}", flush=True)
     measured = _measured_by_the_widgets(count) if discovered else None
-    method, skipped = "dpcourse.widgets.latency.measure_all", []
+    method, skipped = "tests.benchmarks.widget_latency.measure_all", []
     if measured is None:
         (measured, skipped), method = _generic(found, count), "each control operated in turn"
     rows = [{"explorer": explorer, "control": control, **timed}

@@ -14,13 +14,13 @@ from typing import Any
 
 import ipywidgets as widgets
 
-from ._base import Explorer
-from .chunks import ChunkExplorer
-from .costmodel import CostModelCalculator
-from .gradients import GradientSum
-from .memory import MemoryCalculator
-from .step_through import StepThrough
-from .timeline import Timeline
+from dpcourse.widgets._base import Explorer
+from dpcourse.widgets.chunks import ChunkExplorer
+from dpcourse.widgets.costmodel import CostModelCalculator
+from dpcourse.widgets.gradients import GradientSum
+from dpcourse.widgets.memory import MemoryCalculator
+from dpcourse.widgets.step_through import StepThrough
+from dpcourse.widgets.timeline import Timeline
 
 EXPLORERS: dict[str, Callable[[], Explorer]] = {
     "StepThrough": StepThrough,

@@ -559,3 +559,30 @@ def test_a_case_gets_fresh_arguments_every_check() -> None:
 
     assert run(registry.EXERCISES["train_on_devices"], trains_in_place).passed
     assert run(registry.EXERCISES["train_on_devices"], trains_in_place).passed
+
+
+CHUNK_SIZES_MISTAKES = {
+    # The learner walkthrough's: chunks of ceil(batch / n) until they cover the batch, [2, 2, 2] for 5 rows on 4.
+    "every chunk full": lambda batch, n: [-(-batch // n)] * -(-batch // -(-batch // n)),
+    "numpy's array_split rule": lambda batch, n: [batch // n + (i < batch % n) for i in range(n)],
+    "floor division, rest on the last": lambda batch, n: [batch // n] * (n - 1) + [batch - (n - 1) * (batch // n)],
+    "one chunk per device, empty ones kept": lambda batch, n: [len(c) for c in torch.arange(batch).tensor_split(n)],
+}
+
+
+@pytest.mark.parametrize("mistake", CHUNK_SIZES_MISTAKES)
+def test_chunk_sizes_rejects_plausible_mistakes_and_says_which_rule_broke(mistake):
+    report = exercises.check("chunk_sizes", CHUNK_SIZES_MISTAKES[mistake])
+    assert report.status == FAILED
+    failed = [outcome.detail for outcome in report.outcomes if outcome.verdict == FAILED]
+    assert any(hint in detail for detail in failed for hint in ("rows in all", "an empty chunk", "ceil("))
+
+
+def test_chunk_sizes_tries_every_batch_up_to_24_on_up_to_8_devices():
+    report = exercises.check("chunk_sizes", lambda batch, n: [len(c) for c in torch.arange(batch).chunk(n)])
+    assert report.passed and report.outcomes[-1].case.description == "192 generated cases"
+    wrong_only_for_5_on_4 = lambda batch, n: [2, 2, 2] if (batch, n) == (5, 4) else [  # noqa: E731
+        len(c) for c in torch.arange(batch).chunk(n)]
+    report = exercises.check("chunk_sizes", wrong_only_for_5_on_4)
+    assert report.outcomes[-1].case.description == "generated: 5 rows on 4 devices"
+    assert "6 rows in all, but the batch has 5" in report.outcomes[-1].detail

@@ -47,7 +47,8 @@ class Exercise:
     ``judge(case, answer)`` returns ``None`` for a right answer, else a sentence naming the first thing that
     differs. ``cases`` is a function, so that every check starts from fresh tensors. ``call(function, case)``
     says how to call the learner's function when ``function(*case.args)`` is not enough (in a thread, under
-    a grad mode, once per chunk); its result is the answer the judge sees.
+    a grad mode, once per chunk); its result is the answer the judge sees. ``generated`` makes more cases (an
+    exhaustive grid, or hypothesis with a fixed seed) that a plausible wrong answer cannot pass by luck.
     """
 
     name: str
@@ -55,6 +56,7 @@ class Exercise:
     cases: Callable[[], list[Case]]
     judge: Callable[[Case, Any], str | None]
     call: Callable[[Callable, Case], Any] | None = None
+    generated: Callable[[], list[Case]] | None = None
 
 
 @dataclasses.dataclass
@@ -110,24 +112,42 @@ def _html_row(number: int, outcome: Outcome) -> str:
 
 
 def run(exercise: Exercise, function: Callable) -> Report:
-    """Call ``function`` on every case of ``exercise`` and judge each answer."""
-    outcomes = []
-    for case in exercise.cases():
-        try:
-            answer = exercise.call(function, case) if exercise.call else function(*case.args)
-        except NotImplementedError:
-            return _graded(Report(exercise, [], NOT_ATTEMPTED))
-        except Exception as error:  # a learner's bug is a failed case, shown as two lines, never a traceback
-            first_line = str(error).splitlines()[0] if str(error) else ""
-            outcomes.append(Outcome(case, FAILED, f"raised {type(error).__name__}: {first_line}{_own_line(error)}"))
-            continue
-        try:
-            difference = exercise.judge(case, answer)
-        except Exception as error:
-            difference = f"the answer could not be checked ({type(error).__name__}: {error})"
-        outcomes.append(Outcome(case, FAILED, difference) if difference else Outcome(case, PASSED))
+    """Call ``function`` on every case of ``exercise`` and judge each answer; then on the generated cases, if the
+    exercise has some, which add one line to the report: the first that failed, or how many passed."""
+    try:
+        outcomes = [_judged(exercise, function, case) for case in exercise.cases()]
+        if exercise.generated:
+            outcomes.append(_generated(exercise, function))
+    except NotImplementedError:
+        return _graded(Report(exercise, [], NOT_ATTEMPTED))
     status = PASSED if all(o.verdict == PASSED for o in outcomes) else FAILED
     return _graded(Report(exercise, outcomes, status))
+
+
+def _judged(exercise: Exercise, function: Callable, case: Case) -> Outcome:
+    """One case: the learner's answer judged, or the exception it raised (``NotImplementedError`` goes through)."""
+    try:
+        answer = exercise.call(function, case) if exercise.call else function(*case.args)
+    except NotImplementedError:
+        raise
+    except Exception as error:  # a learner's bug is a failed case, shown as two lines, never a traceback
+        first_line = str(error).splitlines()[0] if str(error) else ""
+        return Outcome(case, FAILED, f"raised {type(error).__name__}: {first_line}{_own_line(error)}")
+    try:
+        difference = exercise.judge(case, answer)
+    except Exception as error:
+        difference = f"the answer could not be checked ({type(error).__name__}: {error})"
+    return Outcome(case, FAILED, difference) if difference else Outcome(case, PASSED)
+
+
+def _generated(exercise: Exercise, function: Callable) -> Outcome:
+    cases = exercise.generated()
+    for case in cases:
+        outcome = _judged(exercise, function, case)
+        if outcome.verdict == FAILED:
+            return Outcome(dataclasses.replace(case, description=f"generated: {case.description}"), FAILED,
+                           outcome.detail)
+    return Outcome(Case(f"{len(cases)} generated cases", ()), PASSED)
 
 
 def _graded(report: Report) -> Report:

@@ -2,12 +2,39 @@
 
 import torch
 
-from .check import Case, Exercise, equals
+from .check import Case, Exercise
 from .registry import register
 
 
 def _chunk_sizes(batch: int, n: int) -> list[int]:
     return [len(chunk) for chunk in torch.arange(batch).chunk(n)]
+
+
+def _chunk_sizes_judge(case: Case, answer) -> str | None:
+    """The rule's invariants first, each with its own hint, then the sizes themselves."""
+    batch, n = case.args
+    expected = _chunk_sizes(batch, n)
+    if not isinstance(answer, (list, tuple)) or not all(isinstance(size, int) for size in answer):
+        return f"expected a list of whole numbers like {expected}, got {answer!r}"
+    if sum(answer) != batch:
+        return (f"expected {expected}, got {list(answer)}: {sum(answer)} rows in all, but the batch has {batch}. "
+                f"Every row goes to exactly one replica")
+    if 0 in answer:
+        return (f"expected {expected}, got {list(answer)}: an empty chunk. torch.chunk never makes one: "
+                f"a device with nothing left gets no chunk, and fewer replicas run")
+    if list(answer) != expected:
+        size = -(-batch // n)
+        return (f"expected {expected}, got {list(answer)}: torch.chunk gives every chunk ceil({batch} / {n}) = "
+                f"{size} rows, the last one what is left")
+    return None
+
+
+def _every_batch_up_to_24_on_up_to_8_devices() -> list[Case]:
+    def rows(count: int, what: str) -> str:
+        return f"{count} {what}" + ("" if count == 1 else "s")
+
+    return [Case(f"{rows(batch, 'row')} on {rows(n, 'device')}", (batch, n)) for batch in range(1, 25)
+            for n in range(1, 9)]
 
 
 register(Exercise(
@@ -22,7 +49,8 @@ register(Exercise(
         Case("3 rows on 4 devices", (3, 4), "a device gets no chunk at all rather than an empty one"),
         Case("7 rows on 3 devices", (7, 3)),
     ],
-    judge=equals(_chunk_sizes),
+    judge=_chunk_sizes_judge,
+    generated=_every_batch_up_to_24_on_up_to_8_devices,
 ))
 
 

@@ -46,13 +46,7 @@ def test_the_lessons_solutions_pass(name):
     assert report.passed, report
 
 
-# The placement check takes DataParallel's torch.device("cpu") and replicate/scatter to ["cpu"] * n for a stand-in
-# GPU; on a GPU machine they are the real CPU, where this judge's reference and the learner's pieces both run.
-CHECKER_FALSE_POSITIVE = pytest.mark.xfail(reason="placement check: explicit CPU devices taken for a GPU")
-
-
-@pytest.mark.parametrize("name", [pytest.param(name, marks=CHECKER_FALSE_POSITIVE) if name == "capstone_data_parallel"
-                                  else name for name in PIECES])
+@pytest.mark.parametrize("name", PIECES)
 def test_the_lessons_solutions_pass_where_devices_0_stands_in_for_a_gpu(name, stand_in_gpu):
     # The judge runs dpcourse.DataParallel on explicit CPU devices, as the learner's pieces compute on the CPU.
     report = checked(name, SOLUTION)

@@ -48,7 +48,8 @@ class Exercise:
     differs. ``cases`` is a function, so that every check starts from fresh tensors. ``call(function, case)``
     says how to call the learner's function when ``function(*case.args)`` is not enough (in a thread, under
     a grad mode, once per chunk); its result is the answer the judge sees. ``generated`` makes more cases (an
-    exhaustive grid, or hypothesis with a fixed seed) that a plausible wrong answer cannot pass by luck.
+    exhaustive grid, or hypothesis with a fixed seed) that a plausible wrong answer cannot pass by luck. ``slow``
+    says what a check that takes seconds is doing and how long it may take: printed before each case starts.
     """
 
     name: str
@@ -57,6 +58,7 @@ class Exercise:
     judge: Callable[[Case, Any], str | None]
     call: Callable[[Callable, Case], Any] | None = None
     generated: Callable[[], list[Case]] | None = None
+    slow: str = ""
 
 
 @dataclasses.dataclass
@@ -115,7 +117,12 @@ def run(exercise: Exercise, function: Callable) -> Report:
     """Call ``function`` on every case of ``exercise`` and judge each answer; then on the generated cases, if the
     exercise has some, which add one line to the report: the first that failed, or how many passed."""
     try:
-        outcomes = [_judged(exercise, function, case) for case in exercise.cases()]
+        cases = exercise.cases()
+        outcomes = []
+        for number, case in enumerate(cases, start=1):
+            if exercise.slow:
+                print(f"case {number} of {len(cases)} ({case.description}): {exercise.slow}", flush=True)
+            outcomes.append(_judged(exercise, function, case))
         if exercise.generated:
             outcomes.append(_generated(exercise, function))
     except NotImplementedError:

@@ -14,6 +14,9 @@ from dpcourse.ddp import learner
 from .check import Case, Exercise, first_difference
 from .registry import register
 
+SLOW = (f"starting the ranks (a few seconds); ranks that wait for each other are stopped after "
+        f"{learner.TIMEOUT:g} s")
+
 
 def _tensors(seed: int, n: int, *shape: int) -> list[torch.Tensor]:
     """Rank r's tensor for each of ``n`` ranks: small whole numbers, so every sum is exact and reads easily."""
@@ -85,6 +88,7 @@ register(Exercise(
     ],
     judge=_judge_reduce_then_broadcast,
     call=_on_ranks,
+    slow=SLOW,
 ))
 
 register(Exercise(
@@ -104,4 +108,5 @@ register(Exercise(
     ],
     judge=_judge_ring,
     call=_on_ranks,
+    slow=SLOW,
 ))

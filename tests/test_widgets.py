@@ -438,3 +438,22 @@ def test_timeline_draws_run_after_run_of_one_setting_into_one_kept_figure(monkey
         shown.append(t.image.value)
     assert len(frames) == 1 and len(set(shown)) == 3 and not t.message.value
     assert all(png[:8] == b"\x89PNG\r\n\x1a\n" for png in shown)
+
+
+def test_step_through_says_what_to_do_when_its_first_step_failed(monkeypatch):
+    from dpcourse.widgets import step_through as step_through_module
+
+    def fails(devices, batch):
+        raise RuntimeError("CUDA out of memory")
+
+    monkeypatch.setattr(step_through_module, "run_step", fails)
+    explorer = StepThrough()
+    assert "CUDA out of memory" in explorer.message.value
+    explorer.next_button.click()
+    assert "no step to show" in explorer.message.value and "Move a slider" in explorer.message.value
+    assert "AttributeError" not in explorer.message.value
+
+
+def test_sliders_are_wide_enough_for_one_value_per_few_pixels():
+    explorer = GradientSum()
+    assert explorer.batch_slider.layout.width == "380px"

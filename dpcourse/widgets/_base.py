@@ -74,7 +74,9 @@ def int_slider(description: str, value: int, low: int, high: int) -> widgets.Int
     """
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
         raise ValueError(f"{description}={value!r} is out of range: choose a whole number from {low} to {high}.")
-    return widgets.IntSlider(value=value, min=low, max=high, description=description, continuous_update=False)
+    # Wide enough for a step per 7-8 px over 32 values: at ipywidgets' default a 12 px drag skipped 3 values.
+    return widgets.IntSlider(value=value, min=low, max=high, description=description, continuous_update=False,
+                             layout=widgets.Layout(width="380px"), style={"description_width": "70px"})
 
 
 def _check_choice(argument: str, value: Any, options: Sequence[Any]) -> None:

@@ -43,6 +43,7 @@ class StepThrough(Explorer):
         ]
         super().__init__(controls, rows)
         self.stage = 1
+        self.record: StepRecord | None = None  # stays None while running the step fails
         self._records: dict[tuple[int, int], StepRecord] = {}
         self.back_button.on_click(lambda _: self._go(self.stage - 1))
         self.next_button.on_click(lambda _: self._go(self.stage + 1))
@@ -62,6 +63,9 @@ class StepThrough(Explorer):
 
     @reports_errors
     def _go(self, stage: int) -> None:
+        if self.record is None:
+            raise RuntimeError("There is no step to show: running it failed (the message above says why). "
+                               "Move a slider to run it again.")
         self.stage = min(max(stage, 1), len(STAGES))  # code can click a disabled button
         self._show()
         if self.stage < len(STAGES):

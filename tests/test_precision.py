@@ -85,8 +85,41 @@ def test_compressed_all_reduce_errors_against_the_float32_all_reduce(compressed)
     torch.testing.assert_close(compressed.grads[(1.0, "none")], full_batch, rtol=0, atol=1e-6)
 
 
-def test_ddp_refuses_bf16_compress_hook_without_cuda_and_nccl(compressed):
-    assert compressed.bf16_compress_hook.startswith("TypeError: BF16 all reduce communication hook required CUDA")
+def test_ddp_accepts_bf16_compress_hook_exactly_when_the_build_check_passes(compressed):
+    if ddp_compression.bf16_build_check()["passes"]:
+        assert compressed.bf16_compress_hook == "accepted"
+    else:
+        assert compressed.bf16_compress_hook.startswith("TypeError: BF16 all reduce communication hook required")
+
+
+def _register_bf16_hook_on_gloo_cpu() -> str:
+    """One in-process gloo rank, a CPU module: DDP's answer to ``bf16_compress_hook``."""
+    import torch.distributed as dist
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        ddp = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(2, 2))
+        ddp.register_comm_hook(None, default_hooks.bf16_compress_hook)
+        return "accepted"
+    except TypeError as error:
+        return f"TypeError: {error}"
+    finally:
+        dist.destroy_process_group()
+
+
+def test_the_bf16_check_reads_the_build_not_the_backend_or_device(monkeypatch):
+    """A planted CUDA build with NCCL 2.21: DDP accepts the hook on gloo with a CPU module, and so does our check."""
+    import torch.distributed as dist
+
+    monkeypatch.setattr(torch.version, "cuda", "12.8")
+    monkeypatch.setattr(dist, "is_nccl_available", lambda: True)
+    monkeypatch.setattr(torch.cuda.nccl, "version", lambda: (2, 21, 5))
+    assert ddp_compression.bf16_build_check()["passes"]
+    assert _register_bf16_hook_on_gloo_cpu() == "accepted"
+    monkeypatch.setattr(torch.version, "cuda", None)  # a CPU-only build: refused, same backend and device
+    assert not ddp_compression.bf16_build_check()["passes"]
+    assert _register_bf16_hook_on_gloo_cpu().startswith("TypeError: BF16 all reduce")
 
 
 def test_compression_rejects_unknown_hooks_before_starting_ranks():

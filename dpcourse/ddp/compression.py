@@ -5,10 +5,13 @@
 (half the bytes) and copy the sum back into the float32 bucket. The gradient every rank ends with is rounded
 twice: each rank's share, then the sum.
 
-DDP accepts ``bf16_compress_hook`` only with CUDA and NCCL 2.10 or later (``_check_comm_hook`` in
-``torch/nn/parallel/distributed.py`` checks the hook's *name*). gloo adds bfloat16 tensors all the same, so on
-the CPU the course measures bfloat16 with ``compressed_allreduce(torch.bfloat16)``: the same steps as torch's
-hook, under another name. ``compressed_allreduce(torch.float16)`` gives exactly ``fp16_compress_hook``'s result
+Whether DDP accepts ``bf16_compress_hook`` depends on how torch was *built*, not on the backend or the device:
+``_check_comm_hook`` (``torch/nn/parallel/distributed.py:2485-2503`` in torch 2.13) recognises the hook by its
+name and accepts it when torch is a CUDA or ROCm build (``torch.version.cuda`` or ``torch.version.hip`` set) with
+NCCL 2.10 or later compiled in, or an XPU build with XCCL. A CUDA build accepts it on gloo with a CPU module; a
+CPU-only build refuses it everywhere. ``bf16_build_check`` reads the same facts. gloo adds bfloat16 tensors on
+every build, so the course measures bfloat16 with ``compressed_allreduce(torch.bfloat16)``: the same steps as
+torch's hook, under another name. ``compressed_allreduce(torch.float16)`` gives exactly ``fp16_compress_hook``'s result
 (a test checks it).
 """
 
@@ -51,8 +54,24 @@ def _hooks() -> dict[str, Hook | None]:
             "bf16, dpcourse's copy": compressed_allreduce(torch.bfloat16)}
 
 
-def _refused_bf16_hook() -> str:
-    """What DDP says when ``bf16_compress_hook`` is registered here (gloo, no CUDA): its error, one line."""
+def bf16_build_check() -> dict[str, object]:
+    """What DDP's check on ``bf16_compress_hook`` reads about this torch build, and whether it passes.
+
+    The same conditions as ``_check_comm_hook`` (``torch/nn/parallel/distributed.py:2485-2503``, torch 2.13):
+    no backend, no device, only how torch was built (and, for XPU, whether an XPU is there).
+    """
+    nccl = dist.is_available() and dist.is_nccl_available()
+    nccl_version = torch.cuda.nccl.version() if nccl else None
+    cuda_build = torch.version.cuda is not None or torch.version.hip is not None
+    xpu = dist.is_available() and dist.is_xccl_available() and torch.xpu.is_available()
+    return {"torch": torch.__version__, "torch.version.cuda": torch.version.cuda,
+            "torch.version.hip": torch.version.hip, "NCCL compiled in": nccl, "NCCL version": nccl_version,
+            "XPU with XCCL": xpu,
+            "passes": bool((cuda_build and nccl and nccl_version >= (2, 10)) or xpu)}
+
+
+def _bf16_hook_outcome() -> str:
+    """What DDP says when ``bf16_compress_hook`` is registered on this rank (gloo): "accepted" or its error."""
     try:
         wrap(model(), device()).register_comm_hook(None, default_hooks.bf16_compress_hook)
     except (TypeError, RuntimeError) as error:
@@ -72,7 +91,7 @@ def _gradients(batch: int, multipliers: list[float], hooks: list[str]) -> dict:
                 ddp_model.register_comm_hook(None, hook)
             (loss_fn(ddp_model(x[mine].to(here)), y[mine].to(here)) * multiplier).backward()
             grads[(multiplier, name)] = flat_grad(ddp_model.module)
-    return {"grads": grads, "bf16_compress_hook": _refused_bf16_hook()}
+    return {"grads": grads, "bf16_compress_hook": _bf16_hook_outcome()}
 
 
 def _multiplier(value: float) -> str:
@@ -83,7 +102,9 @@ def _multiplier(value: float) -> str:
 
 @dataclasses.dataclass
 class Compression:
-    """Rank 0's all-reduced gradient under each hook, for the loss times each multiplier; and DDP's word on bf16."""
+    """Rank 0's all-reduced gradient under each hook, for the loss times each multiplier; and DDP's word on bf16.
+
+    ``bf16_compress_hook`` is "accepted" or the error DDP raised when rank 0 registered it (on gloo)."""
 
     grads: dict[tuple[float, str], torch.Tensor]
     ranks_agree: bool

@@ -108,6 +108,14 @@ print(precision.shared_cast_cache())
 
 # %% [markdown]
 # The worker cast its input to bfloat16 and found the main thread's float16 weight in the cache.
+#
+# This demo runs the original model, whose weights are leaf Parameters, in both threads. Autocast caches only
+# casts of float32 leaf tensors that require grad and are not views (`cached_cast` in
+# `aten/src/ATen/autocast_mode.cpp`). In training torch's DataParallel cannot hit this: with grad enabled its
+# replicas' weights are outputs of `Broadcast`, not leaves. Under `torch.no_grad()` it replicates with
+# `detach=True` (`torch/nn/parallel/data_parallel.py:200`, `replicate.py:93-99`) and replica 0 gets the
+# original Parameters, so an inference step inside an autocast block that already ran the model in the main
+# thread with another dtype can meet the collision shown here.
 
 # %% [markdown]
 # ## float16 and bfloat16
@@ -119,13 +127,14 @@ for dtype in (torch.float32, torch.float16, torch.bfloat16):
     info = torch.finfo(dtype)
     print(f"{str(dtype):<15} bits of fraction {round(-torch.tensor(info.eps).log2().item()):>2}, "
           f"largest {info.max:.3g}, smallest normal {info.tiny:.3g}")
-for value in (0.1, 1.001, 1e-8, 70000.0):
+for value in (0.1, 1.001, 2.9e-8, 3e-8, 65519.0, 65520.0):
     number = torch.tensor(value)
     print(f"{value:>8g} stored as float16 {number.half().item():.6g}, as bfloat16 {number.bfloat16().item():.6g}")
 
 # %% [markdown]
-# float16 rounds about 8 times more finely (1.001 survives in float16), but anything under about 6e-8
-# becomes 0 and anything above 65504 becomes inf. bfloat16 keeps both, coarsely.
+# float16 rounds about 8 times more finely (1.001 survives in float16, three more bits of fraction), but it
+# rounds to the nearest value it has: anything under about 3e-8, half its smallest value 6e-8, becomes 0, and
+# anything from 65520 up, halfway past its largest value 65504, becomes inf. bfloat16 keeps both, coarsely.
 
 # %% [markdown]
 # ## GradScaler
@@ -142,7 +151,7 @@ print(precision.gradient_underflow())
 # - Multiplying the loss by a scale S first makes every gradient S times larger (the chain rule), so they
 #   fit; dividing them by S afterwards, in float32, gives them back. With S = 2^16, GradScaler's default,
 #   nothing is lost.
-# - bfloat16 loses nothing without a scale, but its error is larger at every size.
+# - bfloat16 loses nothing without a scale, but at every size its error is larger than scaled float16's.
 #
 # The scale must be large enough to lift the small gradients and small enough that the large ones do not
 # overflow, and that changes during training. `torch.amp.GradScaler` searches for it
@@ -206,20 +215,24 @@ print(f"largest scale of a step that went through: 2^{settled[0]:.0f} on one dev
 # `torch/distributed/algorithms/ddp_comm_hooks/default_hooks.py`).
 #
 # `ddp_compression.compression` starts 2 ranks (on the backend printed at the top) and runs one backward per
-# hook, each rank on its half of 16 rows, for the loss times 1, 1e-6, 2^16 and 2^24. On gloo, DDP refuses
-# `bf16_compress_hook`:
+# hook, each rank on its half of 16 rows, for the loss times 1, 1e-6, 2^16 and 2^24. Rank 0 also registers
+# `bf16_compress_hook`, and whether DDP accepts it depends on how your torch was built, not on the backend or
+# the device. `_check_comm_hook` (`torch/nn/parallel/distributed.py:2485-2503`, torch 2.13) recognises the hook
+# by its name and passes it when torch is a CUDA (or ROCm) build, `torch.version.cuda` (or `.hip`) set, with
+# [NCCL](00_start_here.ipynb#Glossary) 2.10 or later compiled in, or an XPU build with XCCL. It never reads the
+# process group's backend or the module's device: a CUDA build accepts the hook even on gloo with a CPU
+# module, a CPU-only build refuses it everywhere. The cell prints what your build says and what DDP did:
 
 # %%
 compressed = ddp_compression.compression(world_size=2)
-print(compressed.bf16_compress_hook)
+print("what the check reads:", ddp_compression.bf16_build_check())
+print("bf16_compress_hook on gloo:", compressed.bf16_compress_hook)
 
 # %% [markdown]
-# DDP checks the hook by its name and wants CUDA with NCCL 2.10 or later
-# (`_check_comm_hook` in `torch/nn/parallel/distributed.py`). gloo adds bfloat16 tensors all the same, so
-# the course measures bfloat16 with `ddp_compression.compressed_allreduce(torch.bfloat16)`: the same steps as
-# `_compress_hook` under another name (`dpcourse/ddp/compression.py`; with float16 it gives exactly
-# `fp16_compress_hook`'s gradients, a test checks). Which compression is closer to the float32 all-reduce for
-# ordinary gradients?
+# gloo adds bfloat16 tensors on every build, so the course measures bfloat16 with
+# `ddp_compression.compressed_allreduce(torch.bfloat16)`: the same steps as `_compress_hook` under another
+# name (`dpcourse/ddp/compression.py`; with float16 it gives exactly `fp16_compress_hook`'s gradients, a test
+# checks). Which compression is closer to the float32 all-reduce for ordinary gradients?
 
 # %%
 quiz.ask("16-compression-error")
@@ -227,11 +240,15 @@ quiz.ask("16-compression-error")
 # %% tags=["reveals-answer"]
 print(compressed)
 print("every rank holds the same gradient under every hook:", compressed.ranks_agree)
+ordinary = {row["hook"]: row["relative_error"] for row in compressed.rows if row["multiplier"] == 1.0}
+bf16_error, fp16_error = ordinary["bf16, dpcourse's copy"], ordinary["fp16_compress_hook"]
+print(f"ordinary gradients: bfloat16's error is {bf16_error / fp16_error:.1f} times float16's")
 viz.compression_error(compressed)
 
 # %% [markdown]
-# - **Ordinary gradients** (times 1): float16 compression is about 4 times closer than bfloat16, as its finer
-#   fraction predicts.
+# - **Ordinary gradients** (times 1): float16 compression is closer, by the factor the cell prints. Three more
+#   bits of fraction make one rounding 8 times finer; the largest error after two roundings (each rank's
+#   share, then the sum) need not shrink by the same factor.
 # - **Small gradients** (times 1e-6): float16 turns most of them into 0; bfloat16 keeps them.
 # - **Scaled gradients**: with GradScaler, DDP all-reduces during the backward of the *scaled* loss, before
 #   `unscale_`. At 2^16 they still fit float16. At 2^24 the float16 all-reduce overflows to inf and NaN, on
@@ -295,13 +312,14 @@ exercises.check("next_scale", next_scale)
 # - Autocast's flag and dtype belong to a thread. A new thread computes in float32 until it enters autocast
 #   itself. dpcourse's `parallel_apply` passes the caller's flag and dtype into every replica's thread; torch's
 #   passes the flag only, so its workers use the thread's default dtype (bfloat16 on the CPU, float16 on CUDA).
-# - float16 rounds finely but flushes gradients under about 6e-8 to 0 and overflows above 65504; bfloat16 has
+# - float16 rounds finely but flushes gradients under about 3e-8 to 0 and overflows from 65520 up; bfloat16 has
 #   float32's range and a coarser fraction.
 # - GradScaler multiplies the loss by a scale so that small float16 gradients survive, divides them back in
 #   float32, skips any step whose gradients hold an inf or a NaN and halves the scale, and doubles it after
 #   `growth_interval` good steps. It works unchanged under DataParallel.
-# - DDP's compression hooks all-reduce in 16 bits: float16 about 4 times more precise on ordinary
-#   gradients, bfloat16 safe for tiny or huge ones. An overflow reaches every rank alike, and GradScaler skips
+# - DDP's compression hooks all-reduce in 16 bits: float16 more precise on ordinary gradients, bfloat16
+#   safe for tiny or huge ones. Whether DDP accepts `bf16_compress_hook` depends on how torch was built
+#   (CUDA or ROCm with NCCL 2.10+, or XPU with XCCL), not on the backend. An overflow reaches every rank alike, and GradScaler skips
 #   that step everywhere.
 #
 # ## Exercises

@@ -48,12 +48,18 @@ def torch_worker_dtype() -> Outcome:
 
 def overflow_skips_the_step() -> Outcome:
     """GradScaler starting at 2**24 under float16 autocast: the first step overflows, is skipped, the scale halves."""
-    first = precision.scaler_steps(steps=1)[0]
+    try:
+        first = precision.scaler_steps(steps=1)[0]
+    except (RuntimeError, ValueError) as error:
+        return Outcome(f"the step raised {type(error).__name__}: {error}", only_true({
+            "`optimizer.step()` runs with the infs clipped to the largest float16": False,
+            "`scaler.step` raises an error naming the overflowing parameter": True,
+            "`optimizer.step()` is skipped and `update()` halves the scale": False}))
     text = (f"scale {first.scale:.0f}: inf or NaN in the unscaled gradients: {first.found_inf}; weights changed by "
             f"scaler.step: {first.stepped}; scale after scaler.update(): {first.next_scale:.0f}")
     value = only_true({
         "`optimizer.step()` runs with the infs clipped to the largest float16": first.stepped,
-        "`scaler.step` raises an error naming the overflowing parameter": False,
+        "`scaler.step` raises an error naming the overflowing parameter": False,  # it returned: no error raised
         "`optimizer.step()` is skipped and `update()` halves the scale": (
             first.found_inf and not first.stepped and first.next_scale == first.scale / 2),
     })

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from dpcourse import exercises
-from tests.test_exercises import one_thread_each  # a thread per replica, errors left in the threads
+from tests.helpers import one_thread_each  # a thread per replica, errors left in the threads
 
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
 without_solutions = runpy.run_path(str(NOTEBOOKS / "build.py"))["without_solutions"]

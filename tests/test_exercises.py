@@ -24,6 +24,7 @@ from torch import nn
 from dpcourse import examples, exercises, precision
 from dpcourse.exercises import registry
 from dpcourse.exercises.check import FAILED, NOT_ATTEMPTED, PASSED, run
+from tests.helpers import one_thread_each
 
 SOURCES = Path(__file__).parent.parent / "notebooks" / "src"
 LESSON_IMPORTS = "import torch\nfrom torch import nn\nimport dpcourse\nfrom dpcourse import examples\n"
@@ -150,17 +151,6 @@ def _threads_one_at_a_time(functions, inputs):
     for i in range(len(functions)):
         thread = threading.Thread(target=lambda i=i: outputs.__setitem__(i, functions[i](inputs[i])))
         thread.start()
-        thread.join()
-    return outputs
-
-
-def one_thread_each(functions, inputs):
-    outputs = [None] * len(functions)
-    threads = [threading.Thread(target=lambda i=i: outputs.__setitem__(i, functions[i](inputs[i])))
-               for i in range(len(functions))]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
         thread.join()
     return outputs
 

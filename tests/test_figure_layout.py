@@ -4,7 +4,6 @@ Measured on the drawn figure with matplotlib's own bounding boxes (``Text.get_wi
 canvas's renderer), for the figures the lessons, the explorers and the quizzes draw.
 """
 
-import dataclasses
 import functools
 import itertools
 
@@ -23,12 +22,12 @@ from dpcourse.ddp.compression import Compression
 from dpcourse.ddp.sampling import SETUPS, rank_orders
 from dpcourse.memory import MLP, Setup
 from dpcourse.quiz import EXPERIMENTS, run_experiment
-from dpcourse.trace import STEPS, Span, Trace
 from dpcourse.viz import png, redraw
 from dpcourse.viz.gallery import FIGURES as GALLERY
 from dpcourse.viz.gallery import example_trace
 from dpcourse.viz.timeline_canvas import TimelineCanvas
 from dpcourse.widgets import timeline as widgets_timeline
+from tests.helpers import narrow_spans, scaled
 
 TOLERANCE_PX = 1.0  # anti-aliasing: boxes that only touch are not an overlap
 on_ranks = functools.cache(collectives.collectives)  # one launch of real ranks for lesson 13's five figures
@@ -44,7 +43,7 @@ CASES = {
     "gradient_sum-lesson06": lambda: viz.gradient_sum(reduction="sum", batch=8, n_devices=2),
     "per_replica_mean_bias-even": lambda: viz.per_replica_mean_bias(8, 2),
     "timeline-2-devices": lambda: viz.timeline(example_trace(2)),
-    "timeline-narrow-spans": lambda: viz.timeline(_narrow_spans()),
+    "timeline-narrow-spans": lambda: viz.timeline(narrow_spans()),
     "accumulation_timeline-lesson14": lambda: viz.accumulation_timeline([
         ("DataParallel, 2 devices", "reduce-add", {"device 0": [1, 1, 1]}),
         ("DDP, 2 ranks", "all-reduce", {"rank 0": [1, 1, 1], "rank 1": [1, 1, 1]}),
@@ -81,19 +80,6 @@ CASES = {
          {"running_mean": torch.tensor([-0.02, -0.08, 0.03, -0.02]), "running_var": torch.full((4,), 1.06)}],
         {"running_mean": torch.tensor([-0.04, -0.06, -0.01, -0.04]), "running_var": torch.ones(4)}),
 }
-
-
-def _narrow_spans() -> Trace:
-    """Every step 7.1% of a 1 s step, back to back: the timing a run gives now and then, where the names of
-    neighbouring steps ("reduce-add", "scatter-backward") are wider than their bars."""
-    spans, start = [], 0.0
-    for step in STEPS:
-        per_replica = step in ("forward", "backward")  # forwards in the replica threads, backwards in the main one
-        threads = [(f"replica-{r}" if step == "forward" else "MainThread", r) for r in range(2)] if per_replica else [
-            ("MainThread", None)]
-        spans += [Span(step, start, start + 0.071, thread, replica, "cpu") for thread, replica in threads]
-        start += 0.071
-    return Trace([*spans, Span("scatter", 0.99, 1.0, "MainThread")])
 
 
 def _synthetic_compression() -> Compression:
@@ -149,15 +135,11 @@ def test_no_text_overlaps_another_or_leaves_the_canvas(name):
     assert problems(CASES[name]()) == []
 
 
-def scaled(trace: Trace, factor: float) -> Trace:
-    return Trace([dataclasses.replace(s, start=s.start * factor, end=s.end * factor) for s in trace.spans])
-
-
 def test_a_kept_timeline_figure_stays_readable_for_steps_of_any_length(monkeypatch):
     # TimelineCanvas lays out a frame for its first step; later steps' tick labels ("0.05", "1500") differ.
     checked = []
     monkeypatch.setattr(redraw, "encode", lambda agg: checked.append(problems(agg.figure)) or b"")
-    canvas, trace = TimelineCanvas(), _narrow_spans()
+    canvas, trace = TimelineCanvas(), narrow_spans()
     for factor in (1.0, 1e-4, 0.013, 7.7, 1.5e3, 1e-3, 99.0):
         canvas.png(scaled(trace, factor))
     assert checked == [[]] * 7

@@ -12,7 +12,7 @@ from dpcourse.viz import timeline, timeline_canvas
 from dpcourse.viz.gallery import example_trace
 from dpcourse.viz.png import css_width, png_bytes
 from dpcourse.viz.timeline_canvas import FRAMES_KEPT, TimelineCanvas
-from tests.test_figure_layout import _narrow_spans, scaled
+from tests.helpers import narrow_spans, scaled
 
 
 def pixels(png: bytes) -> numpy.ndarray:
@@ -46,7 +46,7 @@ def test_the_first_step_of_a_frame_is_exactly_a_fresh_timeline():
 
 @pytest.mark.parametrize("prepared", [True, False])
 def test_a_later_step_draws_only_its_spans_into_the_kept_figure_with_a_full_draws_pixels(frames_drawn, prepared):
-    canvas, first = TimelineCanvas(), _narrow_spans()
+    canvas, first = TimelineCanvas(), narrow_spans()
     canvas.png(first)
     if prepared:  # Timeline's look-ahead; without it, the next png prepares first
         canvas.prepare()
@@ -59,7 +59,7 @@ def test_a_later_step_draws_only_its_spans_into_the_kept_figure_with_a_full_draw
 
 
 def test_a_kept_figure_holds_only_the_last_steps_bars(frames_drawn):
-    canvas, first = TimelineCanvas(), _narrow_spans()
+    canvas, first = TimelineCanvas(), narrow_spans()
     canvas.png(first)
     (kept,) = canvas._drawn.values()
     bars = len(kept.ax.patches)
@@ -69,7 +69,7 @@ def test_a_kept_figure_holds_only_the_last_steps_bars(frames_drawn):
 
 
 def test_a_step_whose_labels_would_leave_the_canvas_gets_a_fresh_figure(frames_drawn):
-    canvas, first = TimelineCanvas(), _narrow_spans()
+    canvas, first = TimelineCanvas(), narrow_spans()
     canvas.png(first)
     longer = scaled(first, 99.0)  # its last tick label, "100000", is wider than the margin laid out for "1000"
     png, _ = canvas.png(longer)
@@ -78,7 +78,7 @@ def test_a_step_whose_labels_would_leave_the_canvas_gets_a_fresh_figure(frames_d
 
 
 def test_the_canvas_keeps_the_most_recently_used_frames(frames_drawn):
-    canvas, trace = TimelineCanvas(), _narrow_spans()
+    canvas, trace = TimelineCanvas(), narrow_spans()
     others = [renamed(trace, f"worker-{i}") for i in range(FRAMES_KEPT)]
     for shown in [trace, *others, others[-1], trace]:  # the first frame was dropped for the last of the others
         canvas.png(shown)

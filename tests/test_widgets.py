@@ -32,7 +32,7 @@ from dpcourse.widgets.stages import STAGES
 from dpcourse.widgets.timeline import placeholder_png
 from dpcourse.widgets.timing import MODELS, TimedStep, TracedTraining
 from tests.benchmarks.widget_latency import EXPLORERS, measure_all, measure_interactions
-from tests.test_figure_layout import _narrow_spans, scaled
+from tests.helpers import narrow_spans, scaled
 from tests.widget_html import PNG, text
 
 STAGE_NAMES = [
@@ -428,7 +428,7 @@ def test_timeline_draws_run_after_run_of_one_setting_into_one_kept_figure(monkey
     monkeypatch.setattr(timeline_canvas, "draw_frame", lambda frame: frames.append(frame) or real(frame))
     # Fixed traces of one frame whose tick labels fit the first layout: a real step's timing may outgrow it,
     # and then rightly gets a fresh figure (test_timeline_canvas).
-    traces = iter(scaled(_narrow_spans(), factor) for factor in (1.0, 1.3, 0.02))
+    traces = iter(scaled(narrow_spans(), factor) for factor in (1.0, 1.3, 0.02))
     step = lambda trace: TimedStep(trace, StepTimes(0.0, trace.duration / 2, trace.duration / 2, 0.0))  # noqa: E731
     monkeypatch.setattr(TracedTraining, "trace", lambda self, steps: [step(next(traces))])
     t = Timeline(model="many-layers", batch=16, devices=2, steps=1)

@@ -10,6 +10,12 @@ orders of magnitude, not from a GPU measurement: what they give is a prediction 
 
 A teaching model: each term is one line of the formula, not a simulation. It ignores memory limits, kernel
 fusion, uneven chunks and GPU scheduling. Its job is to show which term grows with what.
+
+How FLOPs are counted, here and everywhere in the course: a multiply-add is 2 FLOPs (as
+``torch.utils.flop_counter.FlopCounterMode`` and GPU datasheets count them, so C and F agree), and a training
+step's FLOPs are 3 times the forward's (backward does two products for each forward one: the gradient of the
+layer's input and of its weights). Only matrix products and convolutions count. So an MLP's C is 6P, and
+ResNet-50's is ``resnet50_flops()``; tests/test_costmodel.py checks both against ``FlopCounterMode``.
 """
 
 import contextlib
@@ -51,7 +57,7 @@ T_DDP(N) = compute    (B * C / F + N * 3S / mu) / min(N, U)  each process: B/N s
 A = 2 (N-1)/N * S/beta + 2 (N-1) k * alpha: a ring all-reduce of S bytes in k = ceil(S / 25 MiB) buckets.""",
 }
 SYMBOLS = """\
-B batch, C FLOPs per sample (6P for an MLP: forward 2, backward 4 per parameter), P parameters,
+B batch, C FLOPs per sample, forward + backward (6P for an MLP: forward 2, backward 4 per parameter), P parameters,
 S = P * bytes per parameter, M modules, x input + output bytes per sample, F FLOP/s of one device,
 mu its memory bytes/s, U devices that compute at the same time, beta link bytes/s, alpha seconds per transfer,
 o Python seconds per module call (forward + backward), r seconds to replicate one module,
@@ -172,8 +178,41 @@ PRESETS = {
     "8 GPUs, PCIe": _preset("8 GPUs, PCIe", 1.5e13, 1.5e12, 8, 1.2e10, 1.5e-5, pipelined=True),
     "8 GPUs, NVLink": _preset("8 GPUs, NVLink", 1.5e13, 1.5e12, 8, 1.5e11, 8e-6, pipelined=True),
 }
-# ResNet-50 on ImageNet: 25.6 M parameters, about 160 modules, 12 GFLOPs per image (forward + backward).
-EXAMPLE = Workload(params=25_600_000, modules=161, batch=256, flops_per_sample=12.3e9, sample_bytes=3 * 224 * 224 * 4)
+
+
+def resnet50_layers(image: int = 224) -> list[tuple[int, int, int, int]]:
+    """ResNet-50's convolutions and its final Linear as ``(kernel, in channels, out channels, output side)``.
+
+    The layout of He et al. 2016 (table 1) as torchvision and transformers build it: a 7x7 stride-2 stem and a
+    stride-2 max pool, then 3, 4, 6, 3 bottleneck blocks (1x1, 3x3, 1x1 convolutions, the stride on the 3x3),
+    the first block of each stage with a 1x1 projection of its input; the Linear is a 1x1 "convolution" on the
+    pooled 2048 features.
+    """
+    side = image // 4  # the stem and the max pool each halve the side
+    layers, channels = [(7, 3, 64, image // 2)], 64
+    for width, blocks, stride in ((64, 3, 1), (128, 4, 2), (256, 6, 2), (512, 3, 2)):
+        for block in range(blocks):
+            out = side // stride if block == 0 else side
+            layers += [(1, channels, width, side), (3, width, width, out), (1, width, 4 * width, out)]
+            layers += [(1, channels, 4 * width, out)] if block == 0 else []
+            side, channels = out, 4 * width
+    return [*layers, (1, 2048, 1000, 1)]
+
+
+def resnet50_flops(image: int = 224) -> float:
+    """ResNet-50's FLOPs per image, forward + backward: 3 x the forward's 2 * k^2 * C_in * C_out * side^2."""
+    return 3 * sum(2 * k * k * c_in * c_out * side * side for k, c_in, c_out, side in resnet50_layers(image))
+
+
+def resnet50_params() -> int:
+    """ResNet-50's parameters: every weight, 2 per channel of every batch norm, and the Linear's bias."""
+    layers = resnet50_layers()
+    return sum(k * k * c_in * c_out for k, c_in, c_out, _ in layers) + 2 * sum(c for *_, c, _ in layers[:-1]) + 1000
+
+
+# ResNet-50 on ImageNet (224 x 224 images), about 160 modules; C counted as the module docstring says.
+EXAMPLE = Workload(params=resnet50_params(), modules=161, batch=256, flops_per_sample=resnet50_flops(),
+                   sample_bytes=3 * 224 * 224 * 4)
 
 
 def formula(kind: Kind = "dp") -> str:

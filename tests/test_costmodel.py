@@ -5,11 +5,13 @@ import math
 import re
 
 import pytest
+import torch
 from matplotlib.figure import Figure
 
 from dpcourse import costmodel
 from dpcourse.costmodel import EXAMPLE, PRESETS, Workload, formula, predict_speedup, step_time
 from dpcourse.viz import plot_speedup
+from dpcourse.workloads import lesson_mlp
 
 TINY = Workload(params=212, modules=4, batch=16)  # the lesson MLP
 
@@ -67,13 +69,20 @@ def test_every_preset_gives_a_curve_from_one_device(preset):
     assert all(s <= n + 1e-9 for n, s in zip(curve.devices, curve.ddp, strict=True))  # never better than ideal
 
 
-def test_on_8_gpus_ddp_scales_and_dp_stops_paying_off():
+def test_on_8_gpus_ddp_scales_and_dp_falls_behind_and_peaks_earlier_with_smaller_batches():
     for preset in ("8 GPUs, PCIe", "8 GPUs, NVLink"):
-        curve = predict_speedup(preset)
+        curve = predict_speedup(preset)  # ResNet-50 at batch 256
         assert all(ddp > dp for ddp, dp in zip(curve.ddp[1:], curve.dp[1:], strict=True))
         assert curve.ddp[-1] > 6
-        assert 1 < curve.dp_best < 8 and curve.dp[-1] < max(curve.dp)
-    assert predict_speedup("8 GPUs, PCIe").dp_best <= predict_speedup("8 GPUs, NVLink").dp_best
+        efficiency = [s / n for s, n in zip(curve.dp, curve.devices, strict=True)]
+        assert efficiency == sorted(efficiency, reverse=True), "each added GPU gains DP less"
+        for batch in (64, 256):  # lesson 10: DP gains less from the 8th GPU than DDP does, or loses from it
+            curve = predict_speedup(preset, dataclasses.replace(EXAMPLE, batch=batch))
+            assert curve.dp[-1] - curve.dp[-2] < curve.ddp[-1] - curve.ddp[-2]
+    small = [predict_speedup(preset, dataclasses.replace(EXAMPLE, batch=64)) for preset in ("8 GPUs, PCIe",
+                                                                                            "8 GPUs, NVLink")]
+    assert 1 < small[0].dp_best < 8 and small[0].dp[-1] < max(small[0].dp)
+    assert small[0].dp_best == small[1].dp_best, "in the model the link lifts DP's curve but does not move its peak"
 
 
 def test_replicas_sharing_one_device_never_pay_off():
@@ -99,7 +108,8 @@ def test_plot_speedup_draws_both_curves_and_marks_where_dp_peaks():
     labels = [line.get_label() for line in axes.get_lines()]
     assert {"DP", "DDP", "ideal: n times faster"} <= set(labels)
     assert axes.get_xlabel() and axes.get_ylabel()
-    assert any(label.startswith("DP is fastest on 6 devices: ") for label in labels)
+    best = predict_speedup("8 GPUs, PCIe").dp_best
+    assert any(label.startswith(f"DP is fastest on {best} devices: ") for label in labels)
     assert not axes.texts, "no label drawn over the curves"
     tiny = plot_speedup("laptop CPU", TINY).axes[0]
     assert "DP slower than one device" in tiny.get_legend_handles_labels()[1]
@@ -155,3 +165,35 @@ def test_every_preset_names_its_sources() -> None:
         assert hardware.sources, f"preset {name!r} does not say where its numbers come from"
         if "GPU" in name:  # published specifications and assumptions, never presented as measured
             assert "datasheet" in hardware.sources and "assumed" in hardware.sources, name
+
+
+def counted_flops(model, x) -> int:
+    """torch's own count (2 FLOPs per multiply-add) of one forward + backward of ``model`` on ``x``."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    with FlopCounterMode(display=False) as counter:
+        out = model(x)
+        (out if isinstance(out, torch.Tensor) else out.logits).sum().backward()
+    return counter.get_total_flops()
+
+
+def test_resnet50_flops_and_params_agree_with_torchs_flop_counter_on_a_real_resnet50(monkeypatch):
+    # transformers' ResNet-50 (torchvision's layout), built on the meta device: no weights, no download.
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    transformers = pytest.importorskip("transformers")
+    config = transformers.ResNetConfig(embedding_size=64, hidden_sizes=[256, 512, 1024, 2048], depths=[3, 4, 6, 3],
+                                       layer_type="bottleneck", num_labels=1000)
+    with torch.device("meta"):
+        model = transformers.ResNetForImageClassification(config)
+        counted = counted_flops(model, torch.randn(1, 3, 224, 224))
+    assert EXAMPLE.params == sum(p.numel() for p in model.parameters())
+    assert EXAMPLE.flops == costmodel.resnet50_flops()
+    assert abs(EXAMPLE.flops / counted - 1) < 0.05, (EXAMPLE.flops, counted)
+
+
+@pytest.mark.parametrize("hidden,depth", [(32, 10), (768, 3), (128, 6), (512, 4)])
+def test_an_mlps_6p_agrees_with_torchs_flop_counter(hidden, depth):
+    with torch.device("meta"):
+        model = lesson_mlp(hidden, depth).model()
+        counted = counted_flops(model, torch.randn(1, 8))
+    assert abs(Workload.of(model, batch=1).flops / counted - 1) < 0.05

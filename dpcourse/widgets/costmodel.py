@@ -17,7 +17,7 @@ PARAMS = (("1M", 1_000_000), ("5M", 5_000_000), ("25.6M", 25_600_000), ("100M", 
 BANDWIDTHS = (1, 4, 12, 25, 50, 150, 300, 500)  # GB/s; holds every preset's link bandwidth
 MAX_DEVICES = 8
 COMPARED = (2, MAX_DEVICES)  # the device counts whose terms the table lists
-FLOPS_PER_PARAM = EXAMPLE.flops / EXAMPLE.params  # ResNet-50: about 480 FLOPs per parameter per image
+FLOPS_PER_PARAM = EXAMPLE.flops / EXAMPLE.params  # ResNet-50's, per image, forward + backward
 TERMS = ("compute", "python", "replicate", "reduce", "scatter", "allreduce", "overhead")
 
 

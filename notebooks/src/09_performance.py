@@ -27,13 +27,14 @@
 import collections
 import os
 import statistics
+import textwrap
 import threading
 
 import torch
 from torch import nn
 
 import dpcourse
-from dpcourse import exercises, quiz, viz, widgets
+from dpcourse import costmodel, exercises, quiz, viz, widgets
 from dpcourse.timing import interleaved, synchronized_clock, wall_time
 from dpcourse.trace import STEPS
 from dpcourse.widgets.timing import busy_seconds
@@ -376,12 +377,17 @@ for batch in (16, 256):
     moved = 2 * (2 - 1) * params * 4  # on 2 GPUs: broadcast the weights, reduce the gradients
     print(f"batch {batch:3d} on 2 GPUs: {flops / 1e9:5.1f} GFLOP of work, {moved / 2**20:,.0f} MiB copied "
           f"-> {flops / moved:4.0f} FLOP per byte copied")
+pcie = costmodel.PRESETS["8 GPUs, PCIe"]
+print(f"cost model, {pcie.name}: F / beta = {pcie.flops / 1e12:g} TFLOP/s / {pcie.bandwidth / 1e9:g} GB/s "
+      f"= {pcie.flops / pcie.bandwidth:,.0f} FLOP per byte copied")
+print(textwrap.fill(f"  its numbers: {pcie.sources}", 110, subsequent_indent="    "))
 
 # %% [markdown]
 # At batch 16 each step copies 1,145 MiB between the two GPUs to spread 14.4 GFLOP of work: 12 FLOP per
-# byte copied. A GPU computes far faster than it copies to another GPU: lesson 10's cost model assumes
-# about 1,250 FLOP per byte for data-centre GPUs linked by PCIe (published peak numbers, not a measurement
-# here: `dpcourse.costmodel.PRESETS` names its sources). So, predicted by the cost model, the copies
+# byte copied. A GPU computes far faster than it copies to another GPU: for data-centre GPUs linked by PCIe,
+# lesson 10's cost model assumes the FLOP per byte the cell prints last. Its F and beta are assumed
+# achievable rates, about 3/4 of the published peaks (the A100 datasheet, the PCIe 3.0 specification), not
+# measurements: `dpcourse.costmodel.PRESETS` names their sources. So, predicted by the cost model, the copies
 # dominate and a second GPU cannot help; at batch 256 the same copies buy 16 times more work. The
 # seed's claim is plausible for this regime; its measurement is not evidence, though: it times with
 # `time.time()` and no `torch.cuda.synchronize()`, so the clock stops while the GPU may still be running
@@ -434,9 +440,10 @@ viz.scaling({n: rounds.samples[str(n)] for n in counts})
 # Python part grows with n. The bytes it copies grow as `(n - 1) ×` the parameters, and reduce-add sums as
 # many back, but when every device is a separate GPU torch uses
 # [NCCL](00_start_here.ipynb#Glossary)'s broadcast and reduce, which pass the
-# bytes along a chain of GPUs in pieces, every link busy at once: their time stays close to one copy of the
-# parameters whatever n is (without NCCL, torch copies to one device after another, and the time grows
-# with n). Gather stays. So, predicted by lesson 10's cost model: past some n the Python overhead
+# bytes along a chain of GPUs in pieces, every link busy at once. So lesson 10's cost model assumes that
+# their time stays close to one copy of the parameters whatever n is (its `c(N) = 1`); the course never
+# measured it: its GPU recording has every replica on one GPU, where NCCL does not run. Without NCCL, torch
+# copies to one device after another, and the time grows with n. Gather stays. So, predicted by lesson 10's cost model: past some n the Python overhead
 # dominates and adding devices makes steps slower; lesson 10 draws these curves and names their
 # assumptions. The one GPU measurement that ships with the course, the recording above, has every replica
 # on one GPU, so it cannot show this curve across GPUs.
@@ -481,7 +488,8 @@ exercises.check("bytes_per_step", bytes_per_step)
 #   threads of their own. In backward, gather's backward and reduce-add run on `devices[0]`'s autograd
 #   thread (on CPU devices, the main thread, which also runs every replica's backward there).
 # - Every step copies `(n - 1) ×` the parameter bytes out and sums as many back (with NCCL, in about the
-#   time of one copy), and builds modules × devices Python objects.
+#   time of one copy: the cost model's assumption, not measured here), and builds modules × devices Python
+#   objects.
 # - Threads overlap only work that releases the GIL: many small layers gain nothing.
 # - `devices[0]` holds the gathered output, the loss, the gradients and the optimizer state.
 # - Small batches and big models make the copies outweigh the work; DataParallel can be slower than one

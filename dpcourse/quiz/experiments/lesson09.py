@@ -38,15 +38,18 @@ def replicate_bytes() -> Outcome:
 
 
 def modules_per_forward() -> Outcome:
-    """Count the module objects one replicate builds for 50 layers on 4 devices."""
+    """Count the module objects one replicate builds for 50 layers on 4 devices: those that are not the model's."""
     model = seeded_module(lambda: nn.Sequential(*(nn.Linear(2, 2) for _ in range(50))))
     replicas = replicate(model, choose_devices(4))
-    built = sum(len(list(replica.modules())) for replica in replicas)
+    originals = {id(module) for module in model.modules()}
+    new = [sum(id(module) not in originals for module in replica.modules()) for replica in replicas]
     text = (
-        f"nn.Sequential of 50 Linear layers = {len(list(model.modules()))} modules\n"
-        f"one replicate on 4 devices built {built} module objects (each a shallow copy, made in Python)"
+        f"nn.Sequential of 50 Linear layers = {len(originals)} modules\n"
+        f"one replicate on 4 devices built {sum(new)} new module objects (each a shallow copy, made in Python): "
+        f"{', '.join(f'replica {i}: {n}' for i, n in enumerate(new))}\n"
+        f"replica 0 is the model itself: {replicas[0] is model}"
     )
-    return Outcome(text, built)
+    return Outcome(text, sum(new))
 
 
 EXPERIMENTS = (

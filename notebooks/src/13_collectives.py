@@ -87,7 +87,7 @@ viz.collective(moved["reduce"])
 # all of them: the sum by default (`op=dist.ReduceOp.SUM`; other operations such as `MAX` exist). So it is a
 # reduce whose result every rank gets, and a reduce followed by a broadcast of the result gives the same
 # tensors. DDP all-reduces every bucket of gradients after dividing it by the number of ranks: a mean (lesson
-# 10, *Gradients are averaged*).
+# 10, *How the ranks' gradients combine*).
 
 # %%
 print(moved["all_reduce"])
@@ -310,8 +310,8 @@ for n, dp in dataparallel.items():
 #   all-gather gives every rank everyone's piece; reduce-scatter gives rank r the sum of piece r.
 # - **All-reduce = reduce-scatter + all-gather**, and also = reduce + broadcast: the same result, different
 #   traffic.
-# - Point to point, a blocking `send` on every rank at once waits forever on gloo; `isend`, `recv`, `wait`
-#   does one ring step.
+# - Point to point, a blocking `send` on every rank at once waits on gloo until the process group's timeout;
+#   `isend`, `recv`, `wait` does one ring step.
 # - Through one rank, that rank sends and receives (N − 1) S; around a ring, every rank sends 2(N − 1)/N · S,
 #   less than 2 S for any N. Counted here on 2, 3 and 4 ranks.
 # - DataParallel's step is a reduce onto device 0 (reduce-add), the optimizer on device 0, and a broadcast

@@ -324,7 +324,7 @@ exercises.check("accumulate_gradients", accumulate_gradients)
 # - DataParallel replicates and reduce-adds at every micro-step: its reduce is part of the autograd graph.
 #   DDP all-reduces at every backward unless the micro-step, forward included, runs inside `no_sync()`;
 #   then only the last backward all-reduces, with the same result to float rounding.
-# - A short last micro-batch divided by 1/K gives its samples more weight, like a mean of means; a mean of
+# - A short last micro-batch weighted by 1/K gives its samples more weight, like a mean of means; a mean of
 #   per-replica means inside each micro-step adds lesson 06's bias on top. Weigh by rows, on the gathered
 #   output.
 #

@@ -147,9 +147,11 @@ print(checkpoints)
 # %% [markdown]
 # - **Without the barrier**, rank 1 resumed from step 0 and rank 0 from step 2: their weights now differ.
 #   One more DDP step later they still differ by about as much, and nothing raised. DDP averages the
-#   gradients, but it compares and copies weights only in its constructor (lesson 10, *Replicated once*),
-#   so from here on the ranks train different models. (Loading *before* wrapping would have let the
-#   constructor copy rank 0's weights over rank 1's stale ones, but not its stale step counter.)
+#   gradients, but it broadcasts rank 0's weights only in its constructor, where it compares the ranks'
+#   parameter *shapes*, not their values (`_verify_param_shape_across_processes` and `_sync_module_states`,
+#   `torch/nn/parallel/distributed.py:1064-1073`; lesson 10, *Replicated once*), so from here on
+#   the ranks train different models. (Loading *before* wrapping would have let the constructor copy rank
+#   0's weights over rank 1's stale ones, but not its stale step counter.)
 # - **With the barrier**, every rank read the step-2 checkpoint: the same weights as the trained model,
 #   on both ranks.
 # - **`map_location`**: the file records the device each tensor was saved from, and `torch.load` puts it
@@ -273,9 +275,10 @@ quiz.ask("17-global-variance")
 print(batchnorm.global_variance([[-1, 1], [1, 3]]))
 
 # %% [markdown]
-# torch 2.13 runs `nn.SyncBatchNorm` on GPUs (and XPU, HPU) only: in training under a process group, its
-# forward refuses CPU tensors (`torch/nn/modules/batchnorm.py`: `SyncBatchNorm.forward`), and the kernels it
-# calls, `torch.batch_norm_stats` among them, have no CPU implementation:
+# torch 2.13 runs `nn.SyncBatchNorm` on GPUs (and XPU, HPU or a privateuse1 backend) only: in training under
+# a process group, its forward refuses CPU tensors (`torch/nn/modules/batchnorm.py:843-853`:
+# `SyncBatchNorm.forward`), and the kernels it calls, `torch.batch_norm_stats` among them, have no CPU
+# implementation:
 
 # %%
 try:
@@ -431,7 +434,8 @@ print(f"\nmax |w_DDP - w_DataParallel| over all weights: "
 #   finished reduction in the prior iteration". `find_unused_parameters=True` fixes it by walking the graph
 #   every iteration; `static_graph=True` does it once.
 # - Per-replica BatchNorm uses each shard's statistics; SyncBatchNorm all-gathers every rank's mean,
-#   variance and count and combines them, reproducing one device's BatchNorm on the whole batch. In torch
-#   it needs GPUs.
+#   spread (torch: inverse standard deviation; this course's copy: variance) and count and combines them,
+#   reproducing one device's BatchNorm on the whole batch. In torch it needs GPUs or another accelerator
+#   (XPU, HPU, a privateuse1 backend), not the CPU.
 # - A DataParallel script becomes a DDP script in a handful of lines: process group, wrapper, sampler,
 #   per-rank batch, rank-0 printing and saving. `torchrun` starts it.

@@ -29,7 +29,9 @@ def blocking_sends_wait() -> Outcome:
     )
     value = only_true({
         "Every rank receives its left neighbour's tensor": what == "finished",
-        "They wait, until the process group's timeout: each send waits for a recv its neighbour never reaches": what == "waited",
+        "They wait, until the process group's timeout: each send waits for a recv its neighbour never reaches": (
+            what == "waited"
+        ),
         "gloo raises an error at once: two ranks may not send at the same time": what.startswith("failed"),
     })
     return Outcome(text, value)

@@ -14,7 +14,7 @@ profiler, and ``cuda_peaks`` ``torch.cuda.max_memory_allocated`` on GPUs, for th
 from ..examples import loss_fn
 from .accounting import CATEGORIES, MIB, Breakdown, SavedTensors, state_tensors, storage_bytes
 from .calculator import chunk_sizes, optimizer_state_bytes, predict
-from .measure import CountingDataParallel, copies_alive_at_the_sum, measure
+from .measure import CountingDataParallel, copies_and_gradients, measure
 from .peak import Timeline, cuda_peaks, timeline
 from .workload import KINDS, MLP, OPTIMIZERS, Setup, make_optimizer
 
@@ -30,7 +30,7 @@ __all__ = [
     "Setup",
     "Timeline",
     "chunk_sizes",
-    "copies_alive_at_the_sum",
+    "copies_and_gradients",
     "cuda_peaks",
     "loss_fn",
     "make_optimizer",

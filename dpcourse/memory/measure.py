@@ -15,10 +15,11 @@ DataParallel is dpcourse's own, run unchanged: ``CountingDataParallel`` only ove
 """
 
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 from torch import nn
+from torch.nn.modules.module import register_module_forward_hook
 
 from dpcourse.data_parallel import DataParallel
 from dpcourse.devices import devices as choose_devices
@@ -46,8 +47,14 @@ class CountingDataParallel(DataParallel):
 
     After a backward: ``copies[j]`` bytes of replica j's parameters (replica 0's are the model's own tensors),
     ``saved[j].bytes`` what replica j's forward saved, ``gradients[j]`` replica j's gradients when they reached
-    the sum, and ``copies_alive`` how many parameter copies of replicas 1.. still existed at that moment. On one
-    device DataParallel calls the module itself, and the lists stay empty.
+    the sum, ``owner`` the replica whose parameters share the module's memory (replica 0 in dpcourse and torch).
+    For replicas 1..: ``copies_alive`` how many parameter copies (the view objects) still existed at the sum,
+    ``storage_alive`` how many of their storages did, ``copy_storages`` how many buffers hold the last
+    replica's copies, and ``together[j - 1]`` the most gradient bytes replica j had computed, counted as each
+    layer's backward began, while the storage of its copies still existed. The copies are views of one flat
+    buffer per device (``dpcourse/comm.py: _copy_bucket``; torch's ``broadcast_coalesced`` does the same), so
+    that buffer lives until the last view is freed. On one device DataParallel calls the module itself, and the
+    lists stay empty.
     """
 
     def __init__(self, module: nn.Module, devices: Sequence[torch.device]) -> None:
@@ -56,20 +63,45 @@ class CountingDataParallel(DataParallel):
         self.saved: list[SavedTensors] = []
         self.gradients: list[int] = []
         self.copies_alive: int | None = None
+        self.storage_alive: int | None = None
+        self.together: list[int] = []
+        self.copy_storages: int | None = None
+        self.owner: int | None = None
+        self._watched: dict[int, Callable[[torch.Tensor], None]] = {}
 
     def replicate(self, module: nn.Module, devices: list[torch.device]) -> list[nn.Module]:
         replicas = super().replicate(module, devices)
         names = [name for name, _ in module.named_parameters()]
         copies = [[tensor_at(replica, name) for name in names] for replica in replicas]
         self.copies = [storage_bytes(tensors) for tensors in copies]
+        self.owner = next((j for j, tensors in enumerate(copies)  # the replica whose copies share the model's memory
+                           if all(t.data_ptr() == p.data_ptr()
+                                  for t, p in zip(tensors, module.parameters(), strict=True))), None)
         self.saved = [SavedTensors(exclude=tensors) for tensors in copies]
         alive = [weakref.ref(t) for tensors in copies[1:] for t in tensors]  # weak: counting must not keep them
-        n, count = len(names), len(replicas)  # the hook below must not hold the replicas themselves
+        storages = [{t.untyped_storage()._weak_ref() for t in tensors} for tensors in copies[1:]]  # weak too
+        computed, self.together = [0] * len(storages), [0] * len(storages)
+        self.copy_storages = len({t.untyped_storage().data_ptr() for t in copies[-1]})
+        n, count = len(names), len(replicas)  # the hooks below must not hold the replicas themselves
+
+        def backward_starts(j: int, layer_bytes: int) -> Callable[[torch.Tensor], None]:
+            def hook(grad: torch.Tensor) -> None:  # every later layer of replica j has its gradients now
+                if not all(torch.UntypedStorage._expired(ref) for ref in storages[j]):
+                    self.together[j] = max(self.together[j], computed[j])
+                computed[j] += layer_bytes
+            return hook
 
         def arrived(grad_outputs: Sequence[torch.Tensor | None]) -> None:
             self.gradients = [storage_bytes(grad_outputs[j * n : (j + 1) * n]) for j in range(count)]
             self.copies_alive = sum(ref() is not None for ref in alive)
+            self.storage_alive = sum(not torch.UntypedStorage._expired(ref) for refs in storages for ref in refs)
 
+        # A replica's parameters are plain tensors (lesson 03): read each layer's size from the original module.
+        # Its hook dicts are the original's (a shallow copy), so ``parallel_apply`` watches it with a global hook.
+        sizes = [sum(p.numel() * p.element_size() for p in layer.parameters(recurse=False))
+                 for layer in module.modules()]
+        self._watched = {id(layer): backward_starts(j, size) for j, replica in enumerate(replicas[1:])
+                         for layer, size in zip(replica.modules(), sizes, strict=True) if size}
         # One Broadcast made every copy; its backward receives all replicas' gradients and sums them.
         if len(replicas) > 1:
             copies[-1][0].grad_fn.register_prehook(arrived)
@@ -77,7 +109,17 @@ class CountingDataParallel(DataParallel):
 
     def parallel_apply(self, replicas: list[nn.Module], inputs: tuple, kwargs: tuple) -> list[object]:
         counted = [_Counted(replica, recorder) for replica, recorder in zip(replicas, self.saved, strict=True)]
-        return super().parallel_apply(counted, inputs, kwargs)
+        watched, self._watched = self._watched, {}
+
+        def forward_done(layer: nn.Module, args: object, output: object) -> None:
+            if id(layer) in watched and isinstance(output, torch.Tensor) and output.requires_grad:
+                output.register_hook(watched[id(layer)])
+
+        handle = register_module_forward_hook(forward_done)  # every thread; removed before anything else runs
+        try:
+            return super().parallel_apply(counted, inputs, kwargs)
+        finally:
+            handle.remove()
 
 
 def _kept_by_loss(output: torch.Tensor, target: torch.Tensor, parameters: list[torch.Tensor]):
@@ -123,13 +165,21 @@ def _data_parallel(setup: Setup, devices: list[torch.device]) -> tuple[list[dict
         optimizer.step()
         optimizer.zero_grad()
     dp = data_parallel
-    first = device_bytes(parameters=dp.copies[0], gradients=dp.gradients[0] + summed,
-                         optimizer_state=storage_bytes(state_tensors(optimizer)), activations=dp.saved[0].bytes,
-                         outputs_and_loss=kept.bytes)
-    others = [device_bytes(parameters=dp.copies[j], gradients=dp.gradients[j], activations=dp.saved[j].bytes)
-              for j in range(1, len(dp.copies))]
-    idle = [device_bytes() for _ in range(len(devices) - len(dp.copies))]  # fewer chunks than devices
-    return [first, *others, *idle], dp
+    # CPU devices share one memory, so where a tensor lives is read from what the step did, not from .device:
+    # the summed .grad and the optimizer state belong with the optimizer's parameters, i.e. with the replica
+    # whose parameters share their memory (replica 0, lesson 03) or, if none does, on the model's own device,
+    # which then also holds the model; the outputs and the loss live where DataParallel gathered them, output_device.
+    home = dp.owner if dp.owner is not None else devices.index(parameters[0].device)
+    gathered = devices.index(dp.output_device)
+    counted = [device_bytes(parameters=dp.copies[j], gradients=dp.gradients[j], activations=dp.saved[j].bytes)
+               for j in range(len(dp.copies))]
+    counted += [device_bytes() for _ in range(len(devices) - len(dp.copies))]  # fewer chunks than devices
+    counted[home]["gradients"] += summed
+    counted[home]["optimizer state"] += storage_bytes(state_tensors(optimizer))
+    if dp.owner is None:
+        counted[home]["parameters"] += storage_bytes(parameters)
+    counted[gathered]["outputs and loss"] += kept.bytes
+    return counted, dp
 
 
 def measure(setup: Setup) -> Breakdown:
@@ -147,12 +197,18 @@ def measure(setup: Setup) -> Breakdown:
     return Breakdown(setup, _data_parallel(setup, devices)[0], "measured")
 
 
-def copies_alive_at_the_sum(setup: Setup) -> int:
-    """Under DataParallel: how many parameter copies of replicas 1.. still exist when their gradients are summed.
+def copies_and_gradients(setup: Setup) -> dict[str, int]:
+    """Under DataParallel: does a replica's device hold its parameter copies and its gradients at the same time?
 
-    0 means that backward freed every copy (each saved for one layer's backward) before the sum: a replica's
-    device never holds its copies and its gradients in full at the same time.
+    Counted for replicas 1.. in one step: ``copy bytes`` (replica 1's copies), ``copy storages`` (how many
+    buffers hold them), ``gradient bytes`` (replica 1's, at the sum), ``gradients with copies alive`` (the most
+    gradient bytes any replica had computed while the storage of its copies still existed), and, at the moment
+    the gradients reach the sum, ``copy views alive`` and ``copy storages alive``. Each layer's backward frees
+    the views it saved, but the views share one flat buffer, which lives until the last of them is freed.
     """
     if setup.kind != "DataParallel" or setup.devices < 2:
-        raise ValueError(f"copies_alive_at_the_sum needs kind='DataParallel' on 2 or more devices, not {setup}.")
-    return _data_parallel(setup, choose_devices(setup.devices))[1].copies_alive
+        raise ValueError(f"copies_and_gradients needs kind='DataParallel' on 2 or more devices, not {setup}.")
+    dp = _data_parallel(setup, choose_devices(setup.devices))[1]
+    return {"copy bytes": dp.copies[1], "copy storages": dp.copy_storages,
+            "gradient bytes": dp.gradients[1], "gradients with copies alive": max(dp.together),
+            "copy views alive": dp.copies_alive, "copy storages alive": dp.storage_alive}

@@ -95,15 +95,18 @@ quiz.ask("15-adam-state")
 one_device = {name: memory.measure(dataclasses.replace(setup, optimizer=name)) for name in memory.OPTIMIZERS}
 for name, breakdown in one_device.items():
     state = breakdown.devices[0]["optimizer state"]
-    print(f"{name:<18} optimizer state {state / MIB:6.2f} MiB = {state / (model.parameters * 4):.4f} x the parameters")
+    extra = state - round(state / (model.parameters * 4)) * model.parameters * 4
+    print(f"{name:<18} optimizer state {state / MIB:6.2f} MiB = {state / (model.parameters * 4):.4f} x the parameters"
+          f" + {extra} bytes")
 print()
 print(one_device["Adam"])
 
 # %% [markdown]
 # Adam keeps two tensors the size of each parameter, `exp_avg` and `exp_avg_sq`, and a 4-byte `step` per
-# parameter tensor (`torch/optim/adam.py: Adam._init_group`; the 32 bytes of counters are why the ratio is not
-# exactly 2). With Adam a device holds the parameter bytes four times over before a single activation. The
-# batch only moves the last two kinds; the last panel is SGD with a quarter of the batch:
+# parameter tensor (`torch/optim/adam.py: Adam._init_group`): the bytes beyond a whole multiple, printed
+# last on each line, are those counters, too few to show in the ratio. With Adam a device holds the parameter
+# bytes four times over before a single activation. The batch only moves the last two kinds; the last panel is
+# SGD with a quarter of the batch:
 
 # %%
 viz.memory_bars([*one_device.values(), memory.measure(dataclasses.replace(setup, batch=64, optimizer="SGD"))])
@@ -159,9 +162,10 @@ viz.memory_bars([one_device["Adam"], dp])
 # - **the summed gradients.** Each replica's gradients flow back to the `Broadcast` that copied the parameters,
 #   whose backward adds them up onto device 0 (`torch/nn/parallel/_functions.py: Broadcast.backward`), into
 #   the model's `.grad`. Device 0 holds its replica's gradients and their sum: two sets.
-# - **the optimizer state.** The optimizer updates the model, on device 0, and creates its state next to each
-#   parameter (`torch.zeros_like(p)` in `torch/optim/adam.py: Adam._init_group`). The other devices keep none:
-#   their replicas are rebuilt at every forward.
+# - **the optimizer state.** The optimizer updates the model, on device 0, and creates `exp_avg` and
+#   `exp_avg_sq` next to each parameter (`torch.zeros_like(p)` in `torch/optim/adam.py: Adam._init_group`);
+#   its 4-byte `step` counters stay on the CPU unless `capturable` or `fused` is set (`adam.py:168-176`).
+#   The other devices keep none: their replicas are rebuilt at every forward.
 # - **the outputs and the loss, of the whole batch.** The outputs are gathered on `output_device`, by default
 #   device 0 (`torch/nn/parallel/data_parallel.py: DataParallel.forward`), and the loss is computed there.
 #
@@ -171,18 +175,27 @@ viz.memory_bars([one_device["Adam"], dp])
 # does not help a model whose parameters, gradients and optimizer state fill one device: device 0 runs out first
 # (huggingface/transformers#279, facebookresearch/DPR#104).
 #
-# The other devices' bars are the kinds added up, too, but there the parameter copies and the gradients never
-# coexist: backward frees each copy once its layer is done, before the gradients are summed. Counted at the
-# moment the sum begins, with weak references that do not keep the copies alive:
+# The other devices' bars are the kinds added up, too. Do their parameter copies and gradients coexist? Each
+# layer's backward frees the copies it saved, but a replica's copies are views of one flat buffer per device
+# (`dpcourse/comm.py: _copy_bucket`; torch's C++ `broadcast_coalesced` also copies one flat buffer and hands
+# out views of it), and a buffer lives until its last view is freed. `memory.copies_and_gradients` watches
+# the buffer with a weak reference to its storage and counts replica 1's gradients as each layer's backward
+# begins:
 
 # %%
-small = memory.MLP(width=128, depth=3, classes=10)  # any model: the freeing does not depend on its size
-alive = memory.copies_alive_at_the_sum(Setup(kind="DataParallel", devices=2, batch=16, model=small))
-print(f"parameter copies of replica 1 still alive when its gradients reach the sum: {alive} of {small.tensors}")
+together = memory.copies_and_gradients(Setup(kind="DataParallel", devices=2, batch=16))
+for name, value in together.items():
+    print(f"{name:<28} {value:>12,}" + (" bytes" if "bytes" in name or "with" in name else ""))
+print(f"gradients computed while the copy buffer was still alive: "
+      f"{together['gradients with copies alive'] / together['gradient bytes']:.0%} of replica 1's gradients")
 
 # %% [markdown]
-# So devices 1 to 3 never need their whole bar at one moment: at most their copies and activations (at the end
-# of forward), or their gradients (at the sum).
+# The views are all freed by the time the gradients reach the sum, and so is the buffer, but not before: while
+# backward runs, a device other than 0 holds its whole copy buffer and most of its gradients at once (the
+# share the cell prints, counted as each layer's backward begins, so a lower bound). The buffer goes once the
+# second Linear layer, the first that saved its weight, has run its backward: the first layer saved its input,
+# not its weight, since the batch needs no gradient. So devices 1 to 3 need nearly their whole bar at once,
+# less the activations backward has already freed.
 
 # %% [markdown]
 # ## DDP: equal ranks
@@ -259,8 +272,11 @@ widgets.MemoryCalculator()
 # predicted = memory.predict(Setup(kind="DataParallel", devices=2, optimizer="SGD")).totals
 # ```
 #
-# The lessons run on CPU devices, so this course's stored outputs hold no GPU number; the GPU tests in
-# `tests/test_memory.py` (marked `cuda`) compare the two on a GPU machine.
+# The lessons run on CPU devices, so this course's stored outputs hold no GPU number. The GPU tests in
+# `tests/test_memory.py` (marked `cuda`) compare the two where GPUs are present: the one-device and DDP ones
+# need one GPU, the DataParallel one, which checks device 0 against the others, needs two. The course's only
+# GPU run so far had one GPU (`docs/benchmarks.md`), so this lesson's per-device DataParallel numbers have not
+# been checked on GPUs.
 
 # %% [markdown]
 # ## Write it yourself
@@ -316,8 +332,9 @@ exercises.check("device0_surplus", device0_surplus)
 # - DataParallel puts every replica's whole model on every device, and on device 0 also the summed gradients,
 #   the optimizer state and the whole batch's outputs and loss: device 0 runs out of memory first.
 # - Every DDP rank holds the same: the whole model, gradients, optimizer state and all-reduce buckets as large
-#   as the gradients (`gradient_as_bucket_view=True` shares them), and its shard's activations. No rank holds
-#   less model state than DataParallel's device 0; sharding (ZeRO, FSDP) is what splits it.
+#   as the gradients, and its shard's activations. By default that is as much model state as DataParallel's
+#   device 0 holds (two gradient-sized sets); `gradient_as_bucket_view=True` shares the buckets with the
+#   gradients and saves one set. Only sharding the model state between the ranks splits the rest.
 # - `memory.predict` and the calculator give each device's bytes from the model's shape, batch, optimizer and
 #   devices, and match the measurements.
 #

@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 from browser_setup import ARTIFACTS
 
-from dpcourse.widgets import MemoryCalculator, latency
+from dpcourse.widgets import MemoryCalculator
 from tests.benchmarks import browser_latency
+from tests.benchmarks import widget_latency as latency
 
 pytestmark = pytest.mark.browser
 

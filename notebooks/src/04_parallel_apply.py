@@ -3,7 +3,8 @@
 #
 # **After this lesson you will be able to explain**
 # - where each replica's forward runs, and when nothing extra is started at all;
-# - why `torch.no_grad()` and `torch.autocast` have to be passed into those threads, and what torch passes;
+# - why `torch.no_grad()` and [`torch.autocast`](00_start_here.ipynb#Glossary) have to be passed into those threads,
+#   and what torch passes;
 # - how an exception inside one replica reaches you, and why `next(self.parameters())` fails there;
 # - why Python threads still help, and where they stop helping.
 #
@@ -12,6 +13,8 @@
 
 # %%
 import statistics
+import subprocess
+import sys
 import threading
 import time
 
@@ -97,11 +100,16 @@ print("new thread objects in the next forward:", not {t for t, _ in first_forwar
 # replica, in that replica's thread, on its chunk.
 #
 # The last line shows what torch's `parallel_apply` does too: every forward starts fresh `threading.Thread`s,
-# one per replica, and joins them all before it returns, so no thread outlives the call. That is what makes a
-# `forward` that itself calls DataParallel work (it just starts threads of its own), and what lets a forward
-# interrupted with Ctrl-C leave nothing stuck behind for the next one. The price is a new thread per replica on
-# every forward, measured in the next cell. One dpcourse addition, since torch never runs replicas on a CPU:
-# CPU replicas share the caller's intra-op threads (`torch.get_num_threads()`) equally, so 2 replicas on 2 cores
+# one per replica, and waits for them all before it returns (torch joins each thread,
+# `torch/nn/parallel/parallel_apply.py:133-136`; dpcourse waits for each replica's "finished" event, then
+# joins). No pool of threads is kept from one call to the next: a `forward` that itself calls DataParallel just
+# starts threads of its own, and the next forward never waits for a thread of an earlier one ("When a replica
+# fails" below shows what happens to a replica that is still running when you press Ctrl-C). The price is a
+# new thread per replica on every forward, measured in the next cell.
+#
+# One dpcourse addition, since torch never runs replicas on a CPU: CPU replicas share the caller's
+# [intra-op threads](00_start_here.ipynb#Glossary) equally. Those are the helper threads one torch operation (a large matrix product, say)
+# splits its work over; `torch.get_num_threads()` says how many a thread may use. So 2 replicas on 2 cores
 # do not run 4 busy threads.
 #
 # A new thread's first torch operation pays a one-time set-up, and an operation spread over several cores
@@ -155,6 +163,11 @@ print("(the model's parameters are", parameter_bytes, "bytes)")
 
 # %% [markdown]
 # ## Grad mode and autocast in threads
+# `torch.autocast(device_type, dtype=...)` runs the operations that tolerate it (matrix products, for
+# instance) in a lower-precision dtype, float16 or bfloat16, and keeps precision-sensitive ones (softmax,
+# losses) in float32: mixed precision, lesson 16. Its `enabled=` argument is the on/off flag; each device
+# type (`"cpu"`, `"cuda"`) has its own flag and its own default dtype.
+#
 # `torch.no_grad()` and `torch.autocast` are **thread-local**: they only affect the thread that entered
 # them. A new thread starts with the defaults, whatever its creator was doing:
 
@@ -259,11 +272,73 @@ except Exception as error:  # whatever it raises
 # **lowest-numbered** failure is raised; replica 2's error is dropped. torch prints a GPU's index ("on device
 # 1"); dpcourse prints `cpu` for a CPU device.
 #
-# Problems with the data or the model surface like this, at the first forward that meets them. A
-# DataParallel run that never starts and prints nothing is a different problem: such hangs come from the GPU
-# communication layer ([peer-to-peer](00_start_here.ipynb#Glossary) copies,
-# [NCCL](00_start_here.ipynb#Glossary), drivers), not from DataParallel's handling of the data
-# (pytorch/pytorch#4241, #10681, #52142, where `NCCL_P2P_DISABLE=1` was the workaround).
+# Problems with the data or the model surface like this, at the first forward that meets them. A step that
+# stops and prints nothing is different. The wait for the replicas has no timeout (torch calls
+# `thread.join()` with none, `torch/nn/parallel/parallel_apply.py:136`), so a replica whose forward blocks
+# (a lock, a `queue.get()`, an `Event.wait()`, a loop that never ends) holds up the whole step, GPU or not.
+# Below, replica 1 waits for an event that a timer sets after half a second:
+
+# %%
+release = threading.Event()
+
+
+class WaitsInReplica1(nn.Module):
+    def forward(self, x):
+        if threading.current_thread().name == "replica-1":
+            release.wait()  # anything that blocks: a lock, a queue.get(), an event
+        return x
+
+
+threading.Timer(0.5, release.set).start()  # without it, the step would wait forever
+start = time.perf_counter()
+dpcourse.DataParallel(WaitsInReplica1(), devices=devices[:2])(x)
+print("the step raised nothing and returned only once replica 1 was released:", time.perf_counter() - start >= 0.5)
+
+# %% [markdown]
+# On GPUs the copies between devices can block the same way: some reported hangs sit in the GPU communication
+# layer ([peer-to-peer](00_start_here.ipynb#Glossary) copies, [NCCL](00_start_here.ipynb#Glossary), drivers;
+# pytorch/pytorch#4241, #10681, and #52142, where a commenter found that `NCCL_P2P_DISABLE=1` helped). Others
+# are in the replicas' own code: two DataParallel models run at once that lock each other
+# (pytorch/pytorch#8388), a `multiprocessing` queue that never returns (pytorch/pytorch#4987). So a silent hang
+# is *often* a communication problem, not always.
+#
+# And Ctrl-C? It interrupts *your* wait, not the replicas: Python cannot stop a thread from outside. The cell
+# below runs a script in a new Python process, so that the Ctrl-C does not reach this notebook and the
+# process's exit can be timed: its replica 1 is still sleeping when a Ctrl-C arrives during the step.
+
+# %%
+script = """
+import signal, threading, time
+import torch
+import dpcourse
+
+class Busy(torch.nn.Module):
+    def forward(self, x):
+        if threading.current_thread().name == "replica-1":
+            time.sleep(1.0)
+        return x
+
+main = threading.main_thread().ident
+threading.Timer(0.2, signal.pthread_kill, (main, signal.SIGINT)).start()  # Ctrl-C, 0.2 s into the step
+try:
+    dpcourse.DataParallel(Busy(), devices=dpcourse.devices(2))(torch.zeros(4, 1))
+except KeyboardInterrupt:
+    print("KeyboardInterrupt reached the caller; replica threads still running:",
+          [t.name for t in threading.enumerate() if t.name.startswith("replica-")])
+print(time.time())  # the script's last line
+"""
+run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+*lines, last_line_at = run.stdout.splitlines()
+exited_after = time.time() - float(last_line_at)
+print(*lines, f"exit status {run.returncode}", sep="\n")
+print("after its last line, the process waited for replica 1 to finish before it exited:", exited_after >= 0.5)
+
+# %% [markdown]
+# The `KeyboardInterrupt` reached the caller at once, but replica 1's thread was still running, and the
+# process, at exit, waited for it to end: Python waits for every thread that is not a daemon thread, and
+# neither torch's workers (`torch/nn/parallel/parallel_apply.py:124-131`, no `daemon=True`) nor dpcourse's
+# are. A replica that never ends therefore keeps running after Ctrl-C and keeps the process from exiting. A
+# next forward would not wait for it: it starts threads of its own.
 #
 # A `KeyError` keeps its type too, and its multi-line message stays readable (a plain `KeyError` would print
 # it as one quoted string with `\n` in it):

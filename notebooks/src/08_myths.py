@@ -122,9 +122,13 @@ print("same losses as one device:", torch.allclose(torch.tensor(losses), torch.t
 # %% [markdown]
 # **Correction.** Overhead, like a slow replica, makes each step *longer*: `parallel_apply` waits for every
 # replica's thread and then returns (`torch/nn/parallel/parallel_apply.py: parallel_apply`). Nothing in
-# DataParallel waits for a throughput condition, so it cannot stall. A DataParallel run that truly hangs,
-# with no traceback, is a GPU-to-GPU communication problem (pytorch/pytorch#4241, #10681, #52142, the last
-# fixed with `NCCL_P2P_DISABLE=1`).
+# DataParallel waits for a throughput condition, so overhead cannot stall it. A DataParallel run that truly
+# hangs, with no traceback, has a replica or a copy that never finishes: `parallel_apply` waits for every
+# replica's thread with no timeout (`torch/nn/parallel/parallel_apply.py:136`), so a replica that blocks
+# (a lock, a `queue.get()`, a loop that never ends) holds up the step on any machine (lesson 04 shows one;
+# pytorch/pytorch#8388, #4987). On GPUs it is often a GPU-to-GPU communication problem
+# ([P2P](00_start_here.ipynb#Glossary) copies, [NCCL](00_start_here.ipynb#Glossary); pytorch/pytorch#4241,
+# #10681, and #52142, where a commenter found that `NCCL_P2P_DISABLE=1` helped).
 
 # %% [markdown]
 # ### "Model weights update as if training on the full batch at once"
@@ -159,7 +163,7 @@ print("running_mean on one device:", one_device.running_mean.item(), "| on 2 dev
 # | passing CPU inputs is wrong ("DataParallel basics in PyTorch - Deep Dive") | scatter copies each chunk to its device | [02_scatter](02_scatter.ipynb) |
 # | replicas can drift: "parameter synchronization" issues ("Why is training not starting with nn.DataParallel?") | replicas are rebuilt from one master every forward | [03_replicate](03_replicate.ipynb) |
 # | training "fails to start" because of data distribution ("Why is training not starting with nn.DataParallel?") | data faults raise at once, naming the replica | [04_parallel_apply](04_parallel_apply.ipynb) |
-# | the model must be on the GPU *before* wrapping ("DataParallel basics in PyTorch - Deep Dive") | placement is checked at the first forward (pytorch/pytorch#17363) | [07_end_to_end](07_end_to_end.ipynb) |
+# | the model must be on the GPU *before* wrapping ("DataParallel basics in PyTorch - Deep Dive") | placement is checked at every forward, before anything else (`torch/nn/parallel/data_parallel.py:178-184`; pytorch/pytorch#17363 moved the check there) | [07_end_to_end](07_end_to_end.ipynb) |
 # | "speeds up training" ("DataParallel basics in PyTorch - Deep Dive"); poor scaling "very well documented" ("Why is training not starting with nn.DataParallel?") | it can lose to one device; lesson 09 shows why | [09_performance](09_performance.ipynb) |
 # | "not true … in multi-node multi-gpu settings" ("Why is training not starting with nn.DataParallel?") | DataParallel is one process on one machine | [10_ddp_bridge](10_ddp_bridge.ipynb) |
 
@@ -301,9 +305,12 @@ for n in (1, 2):
 
 # %% [markdown]
 # **False.** A running total is not learnable, and autograd forbids changing a `Parameter` in place
-# during forward: on one device it is a leaf that requires grad; under DataParallel each replica's copy is
-# an output of `Broadcast`, which may not be modified in place (`torch/nn/parallel/_functions.py:
-# Broadcast`). A registered buffer would run, but under DataParallel only replica 0's update survives
+# during forward: on one device it is a leaf that requires grad. Under DataParallel the error above comes from
+# replica 0, whose copy is a view made by `Broadcast` (`torch/nn/parallel/_functions.py: Broadcast`), and autograd
+# forbids modifying such a view in place. In torch, too, replica 0's copy is your parameter passed through
+# `Broadcast` as it is, which autograd treats the same way; replicas 1, 2, … get fresh tensors that could be
+# modified (`torch/csrc/cuda/comm.cpp: broadcast_coalesced`), while dpcourse's are views in every replica.
+# Either way the step fails, at replica 0. A registered buffer would run, but under DataParallel only replica 0's update survives
 # (lesson 03). The exact fix: each replica **returns** its partial sum, and you add them up after the
 # gather:
 
@@ -509,9 +516,11 @@ exercises.check("per_sample_loss", per_sample_loss)
 # - DataParallel splits the batch, never the model: every device holds every weight.
 # - Padded batches, custom `nn.Parameter`s and `torch.matmul` need nothing special; plain tensor attributes
 #   and state written in `forward` do.
-# - Overhead makes steps slower, never stuck; hangs are GPU-communication problems.
-# - Run an example before believing it: two of the articles' examples fail for reasons unrelated to DataParallel, and
-#   one of their fixes (a `Parameter` for running state) makes it worse.
+# - Overhead makes steps slower, never stuck; a hang is a replica or a copy that never finishes (often GPU
+#   communication, sometimes a replica that blocks).
+# - Run an example before believing it: three of the articles' examples fail for reasons unrelated to
+#   DataParallel (a shape bug, a device guard, `requires_grad` set on an `int`), a fourth stops on a machine
+#   without CUDA, and one of their fixes (a `Parameter` for running state) makes it worse.
 #
 # ## Exercises
 # 1. Run Example 2 of the custom-model article (`MyModel` with `MyCustomLayer`) on 4 devices with a batch of 10, chunks

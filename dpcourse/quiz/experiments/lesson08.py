@@ -1,5 +1,7 @@
 """Lesson 08's quiz experiments (``quizzes/08_myths.toml``): each myth about DataParallel, measured."""
 
+import threading
+
 import torch
 from torch import nn
 from torch.nn.utils.rnn import pad_sequence
@@ -61,34 +63,64 @@ def batchnorm_running_mean() -> Outcome:
 
 
 class MatmulLayer(nn.Module):
+    """``torch.matmul(x, self.weight)`` with a custom ``Parameter``; each call notes what its replica holds."""
+
     def __init__(self) -> None:
         super().__init__()
         self.weight = nn.Parameter(torch.randn(3, 2))
-        self.moved_is_same: list[bool] = []
+        self.held: list[tuple[str, int, bool, bool]] = []
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        self.moved_is_same.append(self.weight.to(x.device) is self.weight)
+        self.held.append(
+            (
+                threading.current_thread().name,
+                self.weight.untyped_storage().data_ptr(),
+                self.weight.device == x.device,
+                self.weight.to(x.device) is self.weight,
+            )
+        )
         return torch.matmul(x, self.weight)
 
 
 def custom_parameter_replicated() -> Outcome:
-    """A custom ``nn.Parameter`` used with ``torch.matmul``: replicated like any other, same gradient."""
+    """A custom ``nn.Parameter`` used with ``torch.matmul``: what each replica holds, and the gradient.
+
+    Each replica notes where its ``self.weight`` lives: in the memory of the model's own weight (not copied)
+    or in memory of its own (a copy), and whether it is on the device of the replica's chunk. The gradient
+    alone cannot tell a copy from the original: two "replicas" that are both the model sum into the same
+    ``.grad`` and match one device too.
+    """
     model, x = seeded_module(MatmulLayer), seeded_randn(6, 3)
     model(x).pow(2).mean().backward()
     single = model.weight.grad.clone()
     model.weight.grad = None
-    model.moved_is_same.clear()
+    model.held.clear()
     data_parallel_over(model, 2)(x).pow(2).mean().backward()
     same = torch.allclose(model.weight.grad, single, atol=1e-6)
+    original = model.weight.untyped_storage().data_ptr()
+    held = sorted(model.held)
+    reads_original = [pointer == original for _, pointer, _, _ in held]
+    on_its_device = all(on_device for _, _, on_device, _ in held)
+    own_copies = len(held) == 2 and not reads_original[1]
+    lines = [
+        f"  {thread}: weight in the model's own memory: {shared}; on the chunk's device: {on_device}; "
+        f"self.weight.to(x.device) is self.weight: {unmoved}"
+        for (thread, _, on_device, unmoved), shared in zip(held, reads_original, strict=True)
+    ]
     text = (
+        "what each replica's self.weight is:\n" + "\n".join(lines) + "\n"
         f"weight gradient, one device: {rounded_values(single)}\n"
-        f"2 devices:                   {rounded_values(model.weight.grad)}\nequal: {same}\n"
-        f"in each replica, self.weight.to(x.device) is self.weight: {model.moved_is_same}  (nothing to move)"
+        f"2 devices:                   {rounded_values(model.weight.grad)}\nequal: {same}"
     )
     value = only_true(
         {
-            "It is replicated like `nn.Linear`'s weight, and the gradient matches one device": same,
-            "The matmul may use a weight on the wrong device: call `self.weight.to(x.device)` first": not same,
+            "It is replicated like `nn.Linear`'s weight, and the gradient matches one device": (
+                own_copies and on_its_device and same
+            ),
+            "It is not copied: every replica reads the one weight on `devices[0]`": all(reads_original),
+            "The matmul may use a weight on the wrong device: call `self.weight.to(x.device)` first": (
+                not all(reads_original) and not (own_copies and on_its_device and same)
+            ),
         }
     )
     return Outcome(text, value)

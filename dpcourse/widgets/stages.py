@@ -134,8 +134,8 @@ STAGES = (
           "and some devices may get nothing. The labels y are not scattered: the loss is taken after the gather.",
           _scatter, lambda r: viz.chunk_split(r.x.shape[0], len(r.devices))),
     Stage("replicate", "Each used device gets a replica: a shallow copy of every submodule whose parameters are "
-          "swapped for copies made by Broadcast. Replica 0's copies are the model's own tensors; a replica owns no "
-          "Parameters, only computed tensors whose backward leads to the originals.",
+          "swapped for copies made by Broadcast. Replica 0's copies are views that share the model's memory; a "
+          "replica owns no Parameters, only computed tensors whose backward leads to the originals.",
           _replicate, lambda r: viz.replicate_map(r.model, r.used)),
     Stage("parallel_apply", "Every replica runs forward on its own chunk, each in its own thread (replica-i). "
           "The matrix products release the GIL, so the threads can overlap.", _parallel_apply),

@@ -121,7 +121,8 @@ print("dpcourse.devices(3):           ", dpcourse.devices(3))
 # in one of three modes (`dpcourse/devices.py`):
 #
 # - **n GPUs or more**: one replica per GPU, the real thing;
-# - **fewer GPUs**: replicas share the GPUs round-robin; every copy, thread and sum happens, with no speed-up;
+# - **fewer GPUs**: replicas share the GPUs round-robin, so every GPU is used; every copy, thread and sum
+#   happens, and the replicas that share a GPU take turns on it, so expect little speed-up (none on one GPU);
 # - **no GPU**: n CPU "devices": every replica is a real copy of the parameters, run in its own thread.
 #
 # CPU devices show everything DataParallel *computes*: how the batch is cut, the copies and which memory they
@@ -191,12 +192,19 @@ quiz.ProgressSummary()
 # ## Glossary
 # | term | what it means here |
 # |---|---|
+# | **rank** | one process of a distributed job, numbered 0, 1, … up to the world size − 1 (the number of processes). DDP runs one rank per GPU, each a separate Python process with its own copy of the model (lesson 10). |
+# | **process group** | the ranks that communicate with each other, and the *backend* that carries their messages: NCCL between GPUs, gloo between CPUs. `torch.distributed.init_process_group(backend, rank=…, world_size=…)` makes the default one; collectives (see all-reduce) run within a group (lessons 10, 13). |
 # | **GIL** | CPython's *global interpreter lock*: in one process, only the thread holding it runs Python code. A thread lets go when it waits, when it calls C code that releases the lock (most torch operations do while they compute), and otherwise after a switch interval (`sys.getswitchinterval()`), so threads overlap only in such C code. DataParallel's replicas are threads of one process (lesson 04); DDP's ranks are processes, each with its own GIL (lesson 10). |
 # | **NCCL** | NVIDIA's *Collective Communications Library* ("nickel"): broadcast, reduce, all-reduce and more between GPUs, over NVLink, PCIe or the network. torch's DataParallel uses it to broadcast the parameters and reduce the gradients when every device is a separate GPU, and DDP uses it as the process-group backend for GPUs. It splits a transfer into pieces and passes them along a chain or ring of GPUs, so all links work at once. |
 # | **P2P** | *peer-to-peer*: one GPU reading or writing another GPU's memory directly, over PCIe or NVLink, without a stop in host memory. NCCL uses it where the hardware allows; `NCCL_P2P_DISABLE=1` turns it off, a known workaround for machines where it hangs. |
 # | **all-reduce** | a *collective* (an operation every rank of a process group calls together, lesson 13): every rank passes a tensor of the same shape and gets back, in place, the elementwise combination of all of them, the sum by default. It gives the same result as a reduce followed by a broadcast, or a reduce-scatter followed by an all-gather; a ring all-reduce sends 2(N−1)/N·S bytes per rank for a tensor of S bytes. DDP all-reduces gradients (lessons 10, 13). DataParallel's reduce-add is a *reduce*: the result goes to one device only, `devices[0]`. |
 # | **coalesced** | many small tensors packed into one flat buffer, so that they travel in one transfer instead of many, and unpacked on arrival: `broadcast_coalesced` and `reduce_add_coalesced` in DataParallel, gradient buckets in DDP. |
-# | **version counter** | a number each tensor carries (shared with its views) that every in-place operation increases. Autograd notes it when it saves a tensor for backward and raises "one of the variables needed for gradient computation has been modified by an inplace operation" if it changed. Replicas 1, 2, … get fresh tensors with their own counters. |
+# | **version counter** | a number each tensor carries (shared with its views) that every in-place operation increases. Autograd notes it when it saves a tensor for backward and raises "one of the variables needed for gradient computation has been modified by an inplace operation" if it changed. In torch's GPU `replicate`, replica 0's copies are views of your parameters and share their counters, while replicas 1, 2, … get fresh tensors with their own (`torch/csrc/cuda/comm.cpp`, NOTE [Version Counter in comm.*_coalesced]). dpcourse's copies for replicas 1, 2, … are views of one flat buffer per bucket (`dpcourse/comm.py`, `_copy_bucket`), so on CPU devices the copies of one replica share a single counter. |
+# | **autocast** | `torch.autocast(device_type, dtype=…)`: a context in which operations that tolerate lower precision (matrix products, for instance) run in float16 or bfloat16 and precision-sensitive ones (softmax, losses) in float32: *mixed precision* (lesson 16). Its state, an on/off flag and a dtype per device type, belongs to the thread that entered it (lesson 04). |
+# | **intra-op threads** | the threads one torch operation on the CPU splits its work over (a large matrix product, for instance), at most `torch.get_num_threads()`. Not DataParallel's replica threads, which each run a whole forward (lesson 04). |
+# | **cuDNN** | NVIDIA's *CUDA Deep Neural Network* library: the GPU kernels torch calls for convolutions and recurrent layers (LSTM, GRU) on CUDA devices. Its RNN kernels want all of a layer's weights in one contiguous block of memory (lesson 07). CPU devices never use it. |
+# | **FSDP** | *Fully Sharded Data Parallel* (`torch.distributed.fsdp`): data parallelism over ranks like DDP, but each rank keeps only a shard (about 1/N) of the parameters, gradients and optimizer state, and gathers a layer's full parameters just before it uses them (lessons 10, 13, 15). |
+# | **ZeRO** | *Zero Redundancy Optimizer* (Rajbhandari et al., 2019, arXiv:1910.02054): removes the copies that every DDP rank keeps by sharding them over the ranks, in stages: 1 the optimizer state, 2 also the gradients, 3 also the parameters (what FSDP does). torch's `torch.distributed.optim.ZeroRedundancyOptimizer` does stage 1 (lesson 15). |
 
 # %% [markdown]
 # ## Summary

@@ -76,7 +76,12 @@ def chunk_split(
     along = "rows" if dim == 0 else f"slices along dim {dim}"
     idle = n_devices - len(inputs)
     note = f" ({idle} idle)" if idle else ""
-    fig.suptitle(f"{size} {along} on {n_devices} devices: chunks {', '.join(map(str, chunks))}{note}")
+    title = f"{size} {along} on {n_devices} devices: chunks {', '.join(map(str, chunks))}{note}"
+    if any(rows is None for name in keywords for rows in received[name]):
+        # torch 2.13's scatter_kwargs pads kwargs only while they are fewer than the positional *arguments*
+        # (torch/nn/parallel/scatter_gather.py:103), never with one positional argument, as here.
+        title += "\ndpcourse pads the keywords; torch 2.13 does not, and its parallel_apply raises AssertionError"
+    fig.suptitle(title)
     top.set_xlabel(f"row index along dim {dim}" if dim == 0 else f"slice index along dim {dim}")
     top.set_ylabel("tensor")
     bottom.set_xlabel("argument the replica is called with")

@@ -144,17 +144,18 @@ for i, (args, kw) in enumerate(zip(inputs, kwargs)):
 viz.chunk_split(8, 4, kwargs_batches={"mask": 2})
 
 # %% [markdown]
-# `scatter_kwargs` pads the shorter side with `()` or `{}`, and a replica that gets the padding is called
-# **without** those arguments. Replicas 2 and 3 are called as `forward(x)` with no `mask`: the classic
-# "forward() missing 1 required positional argument … Caught TypeError in replica 2" (pytorch/pytorch#15161,
-# #31460). The fix is to give every scattered argument the same batch size (or pass non-batch values as
-# non-tensors).
+# dpcourse's `scatter_kwargs` pads the shorter side with `()` or `{}`, and a replica that gets the padding is
+# called **without** those arguments: here replicas 2 and 3 would be called as `forward(x)` with no `mask`,
+# the classic "forward() missing 1 required positional argument … Caught TypeError in replica 2"
+# (pytorch/pytorch#15161, #31460).
 #
-# torch 2.13 differs here from dpcourse: its `scatter_kwargs` pads kwargs only when they are shorter than
-# the number of *positional arguments* (`len(inputs)`), a slip from a typing refactor, so with one
-# positional argument it skips the padding and then fails with "The number of modules 4 is not equal to
-# the number of kwargs_tup 2". dpcourse pads both sides (as torch did before 2.1); see the docstring of
-# `dpcourse.scatter_kwargs`.
+# torch 2.13 does not get that far with this call (the figure's title says so). Its `scatter_kwargs` pads
+# the positional side as dpcourse does, but pads the keyword side only while it is shorter than `inputs`,
+# the tuple of positional *arguments*, not the scattered chunks (`torch/nn/parallel/scatter_gather.py:103`).
+# With one positional argument that never happens, so torch's `parallel_apply` gets 4 replicas and 2 keyword
+# dicts and fails with "The number of modules 4 is not equal to the number of kwargs_tup 2"
+# (`torch/nn/parallel/parallel_apply.py:54-59`). Either way the fix is the same: give every scattered
+# argument the same batch size (or pass non-batch values as non-tensors).
 
 # %% [markdown]
 # ## Scatter in backward

@@ -182,7 +182,7 @@ x7, y7 = examples.make_batch(7, device=devices[0])
 losses = dpcourse.DataParallel(LossInside(model), devices=dpcourse.devices(2))(x7, y7)
 losses.mean().backward()
 examples.loss_fn(oracle(x7), y7).backward()
-print("gathered losses:", list(losses.shape), "| max |grad difference| vs the oracle:",
+print("gathered losses:", list(losses.shape), "| max |grad difference| vs the oracle, over all parameters:",
       f"{examples.max_grad_difference(model, oracle):.1e}")
 
 # %% [markdown]
@@ -205,6 +205,10 @@ print("on one device:               ", ["1/7"] * 7)
 # weighs $\frac{1}{N b_j}$ instead of $\frac{1}{B}$. Here that is 1/8 for the 4 rows of chunk 0 and 1/6 for the
 # 3 rows of chunk 1. With equal chunks $\frac{1}{N \cdot B/N} = \frac{1}{B}$, so the bias stays hidden until a
 # batch chunks unevenly, typically the last batch of an epoch.
+#
+# The figure draws the same setup. Its right panel compares the gradient of the first layer's weight
+# (`0.weight`) only, so its max |diff| can be smaller than the one printed above over all parameters; it
+# is never larger.
 
 # %%
 viz.per_replica_mean_bias(batch=7, n_devices=2)

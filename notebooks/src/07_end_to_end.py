@@ -139,8 +139,10 @@ for stage in ("wrap", "forward"):
 # for example "module must have its parameters and buffers on device cuda:0 (device_ids[0]) but found one of
 # them on device: cuda:1" for a model put on the second GPU, or "...: cpu" for one never moved
 # (replicate/cog#971, google-research/big_transfer#73). To run on GPUs 1 and 2, do not pass `device_ids=[1, 2]`
-# with a model on `cuda:0`; the maintainers' advice is `CUDA_VISIBLE_DEVICES=1,2 python train.py`, so that they
-# become `cuda:0` and `cuda:1` and the defaults line up (pytorch/pytorch#2612).
+# with a model on `cuda:0`. Either put the model on `cuda:1` first (the check compares with `device_ids[0]`,
+# `torch/nn/parallel/data_parallel.py:178-184`), or run `CUDA_VISIBLE_DEVICES=1,2 python train.py`, so that
+# they become `cuda:0` and `cuda:1` and the defaults line up (advice given in a comment on
+# pytorch/pytorch#2612).
 #
 # Because the check runs at forward time, moving the model *after* wrapping is fine; the check was moved from
 # `__init__` to `forward` for exactly that (pytorch/pytorch#17363), and the official tutorial does
@@ -320,8 +322,9 @@ print("temperature as a float:", list(scaled_dp(x, temperature=2.0).shape))
 # ## RNNs and packed sequences
 # Two LSTM habits meet DataParallel.
 #
-# **Weights in one block.** cuDNN wants an RNN's weights in one contiguous buffer; replicate copies them into
-# new tensors for replicas 1, 2, …, so on GPUs the LSTM warns "RNN module weights are not part of single
+# **Weights in one block.** [cuDNN](00_start_here.ipynb#Glossary), the NVIDIA library whose kernels torch's
+# LSTM runs on GPUs, wants an RNN's weights in one contiguous buffer; replicate copies them into new tensors
+# for replicas 1, 2, …, so on GPUs the LSTM warns "RNN module weights are not part of single
 # contiguous chunk of memory. This means they need to be compacted at every call, possibly greatly increasing
 # memory usage. To compact weights again call flatten_parameters()." (the text users meet, pytorch/examples#248;
 # under DataParallel, allenai/allennlp#2793). The fix is a call to `self.lstm.flatten_parameters()` at the start

@@ -140,7 +140,7 @@ print("dpcourse.devices(3):           ", dpcourse.devices(3))
 # | [01 One device](01_one_device.ipynb) | the training step we parallelise, and the one-device oracle every result is checked against |
 # | [02 Scatter](02_scatter.ipynb) | how the batch is cut: the `torch.chunk` rule, nested inputs, keyword arguments |
 # | [03 Replicate](03_replicate.ipynb) | shallow copies of the model, replica 0's shared memory, lost attribute updates, BatchNorm |
-# | [04 parallel_apply](04_parallel_apply.ipynb) | one thread per replica; grad mode and autocast in threads; errors from a replica |
+# | [04 parallel_apply](04_parallel_apply.ipynb) | one thread per replica; grad mode and [autocast](#Glossary) in threads; errors from a replica |
 # | [05 Gather](05_gather.ipynb) | concatenating outputs, nested outputs, scalar losses, where the output lands |
 # | [06 Backward](06_backward.ipynb) | gradients split back and summed; why the sum is right; the mean-of-means pitfall |
 # | [07 End to end](07_end_to_end.ipynb) | a training loop, checkpoints, placement, `output_device`, unlucky batches, RNNs |
@@ -150,7 +150,7 @@ print("dpcourse.devices(3):           ", dpcourse.devices(3))
 # | [11 Review](11_review.ipynb) | a mixed quiz, a recap table of the four steps, your progress |
 # | [12 Capstone](12_capstone.ipynb) | you write a whole DataParallel, forward and backward, from your own pieces, checked against dpcourse |
 # | **Part II** | **beyond DataParallel: what a DDP user needs next** |
-# | [13 Collectives](13_collectives.ipynb) | broadcast, reduce, [all-reduce](#Glossary), all-gather, reduce-scatter on real ranks; a ring all-reduce you write with send/recv; bytes per rank against reduce-then-broadcast |
+# | [13 Collectives](13_collectives.ipynb) | broadcast, reduce, [all-reduce](#Glossary), all-gather, reduce-scatter on real [ranks](#Glossary); a ring all-reduce you write with send/recv; bytes per rank against reduce-then-broadcast |
 # | [14 Gradient accumulation](14_accumulation.ipynb) | micro-batches under one device, DataParallel and DDP; `no_sync()`; global batch = micro-batch × steps × replicas |
 # | [15 Memory per device](15_memory.ipynb) | parameters, gradients, optimizer state and activations per device; DataParallel's device-0 surplus against DDP's equal ranks |
 # | [16 Mixed precision](16_mixed_precision.ipynb) | autocast in DataParallel's threads, GradScaler, DDP's bf16/fp16 gradient compression and the error it costs |

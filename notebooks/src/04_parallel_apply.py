@@ -3,8 +3,8 @@
 #
 # **After this lesson you will be able to explain**
 # - where each replica's forward runs, and when nothing extra is started at all;
-# - why `torch.no_grad()` and [`torch.autocast`](00_start_here.ipynb#Glossary) have to be passed into those threads,
-#   and what torch passes;
+# - why `torch.no_grad()` and [autocast](00_start_here.ipynb#Glossary) (`torch.autocast`) have to be passed
+#   into those threads, and what torch passes;
 # - how an exception inside one replica reaches you, and why `next(self.parameters())` fails there;
 # - why Python threads still help, and where they stop helping.
 #

@@ -108,9 +108,9 @@ print("new thread objects in the next forward:", not {t for t, _ in first_forwar
 # new thread per replica on every forward, measured in the next cell.
 #
 # One dpcourse addition, since torch never runs replicas on a CPU: CPU replicas share the caller's
-# [intra-op threads](00_start_here.ipynb#Glossary) equally. Those are the helper threads one torch operation (a large matrix product, say)
-# splits its work over; `torch.get_num_threads()` says how many a thread may use. So 2 replicas on 2 cores
-# do not run 4 busy threads.
+# [intra-op threads](00_start_here.ipynb#Glossary) equally. Those are the helper threads one torch
+# operation (a large matrix product, say) splits its work over; `torch.get_num_threads()` says how many a
+# thread may use. So 2 replicas on 2 cores do not run 4 busy threads.
 #
 # A new thread's first torch operation pays a one-time set-up, and an operation spread over several cores
 # also starts a team of helper threads for that thread; how long this takes depends on the machine and the
@@ -334,8 +334,8 @@ print(*lines, f"exit status {run.returncode}", sep="\n")
 print("after its last line, the process waited for replica 1 to finish before it exited:", exited_after >= 0.5)
 
 # %% [markdown]
-# The `KeyboardInterrupt` reached the caller at once, but replica 1's thread was still running, and the
-# process, at exit, waited for it to end: Python waits for every thread that is not a daemon thread, and
+# The `KeyboardInterrupt` reached the caller while replica 1's thread was still running, and the process,
+# at exit, waited for it to end: Python waits for every thread that is not a daemon thread, and
 # neither torch's workers (`torch/nn/parallel/parallel_apply.py:124-131`, no `daemon=True`) nor dpcourse's
 # are. A replica that never ends therefore keeps running after Ctrl-C and keeps the process from exiting. A
 # next forward would not wait for it: it starts threads of its own.

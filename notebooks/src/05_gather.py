@@ -176,9 +176,9 @@ warnings.filterwarnings("ignore", message="Was asked to gather along dimension 0
 # `torch/nn/parallel/_functions.py`; added by PR pytorch/pytorch#7973 after #6983). Its length is the
 # number of **chunks**, 3 here, not `len(device_ids)`. torch's docstring says the same in other words, "a
 # vector of length equal to number of devices used": the devices used are exactly those that got a chunk
-# (`torch/nn/parallel/data_parallel.py:195`, `device_ids[: len(inputs)]`). With one device DataParallel takes its shortcut and calls the module directly
-# (`DataParallel.forward`, `if len(self.device_ids) == 1`): no gather, so a 0-d loss, and no warning. Code
-# written on one GPU then meets a vector on two.
+# (`torch/nn/parallel/data_parallel.py:195`, `device_ids[: len(inputs)]`). With one device DataParallel
+# takes its shortcut and calls the module directly (`DataParallel.forward`, `if len(self.device_ids) == 1`):
+# no gather, so a 0-d loss, and no warning. Code written on one GPU then meets a vector on two.
 
 # %%
 viz.gather_view([1, 1, 1], scalars=True)

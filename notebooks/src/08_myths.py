@@ -310,9 +310,9 @@ for n in (1, 2):
 # forbids modifying such a view in place. In torch, too, replica 0's copy is your parameter passed through
 # `Broadcast` as it is, which autograd treats the same way; replicas 1, 2, … get fresh tensors that could be
 # modified (`torch/csrc/cuda/comm.cpp: broadcast_coalesced`), while dpcourse's are views in every replica.
-# Either way the step fails, at replica 0. A registered buffer would run, but under DataParallel only replica 0's update survives
-# (lesson 03). The exact fix: each replica **returns** its partial sum, and you add them up after the
-# gather:
+# Either way the step fails, at replica 0. A registered buffer would run, but under DataParallel only
+# replica 0's update survives (lesson 03). The exact fix: each replica **returns** its partial sum, and you
+# add them up after the gather:
 
 # %%
 class ReturnedState(nn.Module):

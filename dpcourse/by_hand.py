@@ -21,7 +21,7 @@ import torch
 from torch import nn
 
 from .parallel_apply import parallel_apply
-from .replicate import replicate, tensor_at
+from .replicate import replicate
 from .scatter_gather import gather, scatter
 
 
@@ -63,3 +63,13 @@ def forward(module: nn.Module, inputs: Any, devices: Sequence[torch.device],
     outputs = parallel_apply(replicas, chunks, None, used)
     gathered = gather(outputs, devices[0] if output_device is None else output_device)
     return Forward(chunks, replicas, outputs, gathered)
+
+
+def tensor_at(module: nn.Module, name: str) -> torch.Tensor:
+    """The tensor called ``name`` (e.g. ``"fc.weight"``) in ``module`` or in one of its replicas.
+
+    On a replica ``replica.get_parameter(name)`` fails, since replicas own no Parameters: their copies
+    are plain attributes. This reads the attribute either way.
+    """
+    owner, _, attribute = name.rpartition(".")
+    return getattr(module.get_submodule(owner), attribute)

@@ -142,13 +142,3 @@ def replicate(module: nn.Module, devices: Sequence[DeviceLike], detach: bool = F
                 else:
                     setattr(replica, key, buffer_copies[j][buffer_index[id(buffer)]])
     return [device_replicas[0] for device_replicas in replicas]
-
-
-def tensor_at(module: nn.Module, name: str) -> torch.Tensor:
-    """The tensor called ``name`` (e.g. ``"fc.weight"``) in ``module`` or in one of its replicas.
-
-    On a replica ``replica.get_parameter(name)`` fails, since replicas own no Parameters: their copies
-    are plain attributes. This reads the attribute either way.
-    """
-    owner, _, attribute = name.rpartition(".")
-    return getattr(module.get_submodule(owner), attribute)

@@ -21,9 +21,9 @@ import torch
 from torch import nn
 from torch.nn.modules.module import register_module_forward_hook
 
+from dpcourse.by_hand import tensor_at
 from dpcourse.data_parallel import DataParallel
 from dpcourse.devices import devices as choose_devices
-from dpcourse.replicate import tensor_at
 
 from ..examples import loss_fn
 from .accounting import Breakdown, SavedTensors, device_bytes, state_tensors, storage_bytes

@@ -13,8 +13,8 @@ from torch import nn
 
 from dpcourse import by_hand, examples
 from dpcourse._functions import SCALAR_GATHER_WARNING
+from dpcourse.by_hand import tensor_at
 from dpcourse.devices import devices as choose_devices
-from dpcourse.replicate import tensor_at
 
 from .palette import COMBINED_COLOR, REFERENCE, device_color, device_handles, legend_below, new_figure, plural
 

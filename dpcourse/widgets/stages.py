@@ -13,7 +13,7 @@ import torch
 from matplotlib.figure import Figure
 
 from dpcourse import viz
-from dpcourse.replicate import tensor_at
+from dpcourse.by_hand import tensor_at
 
 from ._base import paragraph, table
 from .chunks import idle_warning

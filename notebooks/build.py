@@ -51,6 +51,7 @@ from nbclient import NotebookClient
 
 from dpcourse import course
 from dpcourse.open import kernel_metadata
+from dpcourse.widgets._base import NEEDS_KERNEL
 
 HERE = Path(__file__).parent
 LESSON_ENVIRONMENT = runpy.run_path(str(HERE / "conftest.py"))["LESSON_ENVIRONMENT"]  # CPU devices
@@ -61,6 +62,7 @@ STUB = '{indent}raise NotImplementedError("Your code here: write this, then run 
 SOLUTION_TAG = "solution"  # a code cell holding an exercise's answer
 REVEALS_ANSWER_TAG = "reveals-answer"  # a code cell whose output gives away a quiz above it
 WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
+RUN_THIS_CELL = "<p><b>▶ Run this cell</b> to answer or explore: its buttons and sliders need the running kernel.</p>"
 CHECK_CALL = re.compile(r'exercises\.check\("(\w+)"')  # a check cell: nbgrader grades it
 DEFINES = re.compile(r"^(?:def|class) (\w+)", re.MULTILINE)
 
@@ -149,6 +151,7 @@ def build(name: str, edition: str = "instructor", timeout: int = 300, into: Path
     )
     client.execute(cwd=str(HERE))
     coalesce_streams(notebook)
+    say_what_needs_a_kernel(notebook)
     target = (into or EDITIONS[edition]) / f"{name}.ipynb"
     target.parent.mkdir(exist_ok=True)
     target.write_text(with_numbered_widget_ids(nbformat.writes(notebook)) + "\n")
@@ -169,6 +172,17 @@ def coalesce_streams(notebook: nbformat.NotebookNode) -> None:
                 joined.append(output)
         if cell.cell_type == "code":
             cell.outputs = joined
+
+
+def say_what_needs_a_kernel(notebook: nbformat.NotebookNode) -> None:
+    """In the saved widget state, which JupyterLab shows before a cell runs, every quiz's feedback line and every
+    explorer's message line (class ``NEEDS_KERNEL``) asks the learner to run the cell: its buttons and sliders do
+    nothing without the kernel. Once the cell runs, the live widget's own (empty) value replaces it."""
+    state = notebook.metadata.get("widgets", {}).get(WIDGET_STATE, {}).get("state", {})
+    for model in state.values():
+        values = model.get("state", {})
+        if NEEDS_KERNEL in values.get("_dom_classes", []) and not values.get("value"):
+            values["value"] = RUN_THIS_CELL
 
 
 def with_numbered_widget_ids(text: str) -> str:

@@ -101,3 +101,17 @@ def test_a_rebuild_of_an_unchanged_lesson_writes_the_same_bytes(lesson, edition,
     committed = (NOTEBOOKS / lesson if edition == "instructor" else NOTEBOOKS / "student" / lesson).with_suffix(
         ".ipynb")
     assert rebuilt.read_bytes() == committed.read_bytes(), f"rebuild {lesson} ({edition}): git would show a change"
+
+
+def test_a_saved_quiz_or_explorer_asks_to_run_its_cell_until_it_runs():
+    notebook = nbformat.v4.new_notebook()
+    state = {
+        "1": {"state": {"_dom_classes": ["dpcourse-needs-kernel"], "value": ""}},  # a quiz's feedback, unanswered
+        "2": {"state": {"_dom_classes": ["dpcourse-needs-kernel"], "value": "<p>Right!</p>"}},  # already says more
+        "3": {"state": {"_dom_classes": [], "value": ""}},
+    }
+    notebook.metadata["widgets"] = {build["WIDGET_STATE"]: {"state": state}}
+    build["say_what_needs_a_kernel"](notebook)
+    state = notebook.metadata["widgets"][build["WIDGET_STATE"]]["state"]  # nbformat stored copies of the dicts
+    assert state["1"]["state"]["value"] == build["RUN_THIS_CELL"]
+    assert state["2"]["state"]["value"] == "<p>Right!</p>" and state["3"]["state"]["value"] == ""

@@ -12,7 +12,7 @@ import re
 import ipywidgets as widgets
 
 from dpcourse.viz.png import css_width, png_bytes
-from dpcourse.widgets._base import reports_errors, show_png
+from dpcourse.widgets._base import NEEDS_KERNEL, reports_errors, show_png
 
 from ..progress import Progress
 from .bank import find_question, load_lesson
@@ -81,6 +81,7 @@ class QuizWidget(widgets.VBox):
             description="Check my answer", button_style="primary", layout=widgets.Layout(width="auto")
         )
         self.feedback = widgets.HTML()
+        self.feedback.add_class(NEEDS_KERNEL)  # before the cell runs, the saved state says to run it
         self.explanation = widgets.HTML()
         self.experiment_button = widgets.Button(
             description="Run the experiment", icon="flask", layout=widgets.Layout(width="auto")

@@ -21,6 +21,10 @@ from .look_ahead import LookAhead, likely_values
 ERROR_STYLE = "color: #C00000; white-space: pre-wrap; font-family: monospace"
 TABLE_STYLE = "border-collapse: collapse; font-family: monospace; font-size: 12px"
 CELL_STYLE = "padding: 1px 10px 1px 0; text-align: left"
+# The class of the HTML line where a widget's saved state, shown before its cell runs, says that its controls need
+# the running kernel (notebooks/build.py writes the sentence into the saved state; a running widget leaves it
+# empty until it has something to say).
+NEEDS_KERNEL = "dpcourse-needs-kernel"
 
 
 def show_png(image: widgets.Image, png: bytes, width: str) -> None:
@@ -121,6 +125,7 @@ class Explorer(widgets.VBox):
         self.controls: dict[str, widgets.Widget] = {name: getattr(self, name) for name in controls}
         self.image = widgets.Image(format="png", layout=widgets.Layout(max_width="100%"))
         self.message = widgets.HTML()
+        self.message.add_class(NEEDS_KERNEL)
         self._pngs: dict[Hashable, tuple[bytes, str]] = {}  # per setting: the PNG and its css_width
         self._look_ahead = LookAhead()
         self.children = [*rows, self.image, self.message]

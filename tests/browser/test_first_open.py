@@ -76,6 +76,7 @@ def test_lesson_00_opens_trusted_unmodified_and_without_news(course_lab: CourseL
         assert not mismatches, f"{LESSON}: the saved widgets did not render on first open:\n" + "\n".join(mismatches)
         text = page.inner_text("body")
         assert "QuizWidget(children=" not in text
+        assert "Run this cell to answer or explore" in text, "a saved quiz must say that it needs its cell run"
         # The copy already holds the kernel metadata JupyterLab writes. (The tab may still show ●: with widget
         # state saved, which return visits need, the widget manager marks a notebook modified as soon as it
         # restores a widget, in register_model -> setDirty; see test_a_lesson_saved_and_reopened_... below.)

@@ -5,9 +5,10 @@ Mirrors ``torch/nn/parallel/parallel_apply.py``. Threads work because the heavy 
 or CPU matmuls) releases the GIL; the Python code of each forward still runs one thread at a time,
 which is why a model made of many small layers gains little from DataParallel.
 
-Like torch, every call starts its threads and joins them before it returns, so nothing outlives the call:
-a ``forward`` that itself calls DataParallel simply starts threads of its own, and a replica that hangs
-(and is interrupted with Ctrl-C in the caller) leaves no stuck worker behind for the next call.
+Like torch, every call starts its threads and waits for them before it returns: a ``forward`` that itself
+calls DataParallel simply starts threads of its own. A replica that hangs while the caller is interrupted
+(Ctrl-C) keeps running until it ends, but the next call starts fresh threads and does not wait for it; at exit
+Python waits for it (see "Differences from torch" in ``parallel_apply``).
 """
 
 import contextlib

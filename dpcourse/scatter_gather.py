@@ -89,9 +89,9 @@ def scatter_kwargs(
     positional argument ... in replica 3" error when a batch chunks unluckily.
 
     Not mirrored on purpose: torch 2.13 pads kwargs only when ``len(scattered_kwargs) < len(inputs)``,
-    comparing with the number of *positional arguments* (a slip from a typing refactor), so
+    comparing with the number of *positional arguments* (``scatter_gather.py:103``), so
     ``inputs=(x8,), kwargs={"mask": x2}`` on 4 devices fails there with "The number of modules 4 is not
-    equal to the number of kwargs_tup 2". dpcourse pads symmetrically, as torch did before 2.1.
+    equal to the number of kwargs_tup 2" (``parallel_apply.py:54-59``). dpcourse pads both symmetrically.
     """
     scattered_inputs = scatter(inputs, devices, dim) if inputs else []
     scattered_kwargs = scatter(kwargs, devices, dim) if kwargs else []

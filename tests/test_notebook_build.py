@@ -46,15 +46,20 @@ def test_slides_and_collapsed_solutions():
 
 @pytest.mark.parametrize("edition", ["instructor", "student"])
 def test_outputs_that_reveal_an_answer_are_collapsed_in_both_editions(edition):
-    source = '# %% tags=["reveals-answer"]\nprint(3)\n\n# %% tags=["solution"]\nx = 1\n\n# %%\nx\n'
+    stub = "def f():\n    ### BEGIN SOLUTION\n    return 1\n    ### END SOLUTION\n"
+    source = (f'# %% tags=["reveals-answer"]\nprint(3)\n\n# %% tags=["solution"]\nx = 1\n\n# %%\nx\n\n'
+              f'# %% tags=["solution"]\n{stub}')
     notebook = jupytext.reads(source, fmt="py:percent")
     build["add_classroom_metadata"](notebook, edition)
-    reveals, solution, plain = notebook.cells
+    reveals, worked, plain, to_write = notebook.cells
     assert reveals.metadata["jupyter"] == {"outputs_hidden": True} and reveals.metadata["collapsed"] is True
-    assert solution.metadata.get("jupyter") == ({"source_hidden": True} if edition == "instructor" else None)
+    # A worked answer without markers stays hidden in both editions; a stub is the student's to edit.
+    assert worked.metadata.get("jupyter") == {"source_hidden": True}
+    assert to_write.metadata.get("jupyter") == ({"source_hidden": True} if edition == "instructor" else None)
     assert "jupyter" not in plain.metadata and "collapsed" not in plain.metadata
     build["remove_classroom_metadata"](notebook)
-    assert [c.metadata for c in notebook.cells] == [{"tags": ["reveals-answer"]}, {"tags": ["solution"]}, {}]
+    kept = [{k: v for k, v in c.metadata.items() if k != "lines_to_next_cell"} for c in notebook.cells]  # jupytext's
+    assert kept == [{"tags": ["reveals-answer"]}, {"tags": ["solution"]}, {}, {"tags": ["solution"]}]
 
 
 @pytest.mark.parametrize("source", SOURCES, ids=[s.stem for s in SOURCES])

@@ -111,8 +111,8 @@ def test_a_rebuild_of_an_unchanged_lesson_writes_the_same_bytes(lesson, edition,
 def test_a_saved_quiz_or_explorer_asks_to_run_its_cell_until_it_runs():
     notebook = nbformat.v4.new_notebook()
     state = {
-        "1": {"state": {"_dom_classes": ["dpcourse-needs-kernel"], "value": ""}},  # a quiz's feedback, unanswered
-        "2": {"state": {"_dom_classes": ["dpcourse-needs-kernel"], "value": "<p>Right!</p>"}},  # already says more
+        "1": {"state": {"_dom_classes": ["dpcourse-run-this-cell"], "value": ""}},  # a quiz's feedback, unanswered
+        "2": {"state": {"_dom_classes": ["dpcourse-run-this-cell"], "value": "<p>Right!</p>"}},  # already says more
         "3": {"state": {"_dom_classes": [], "value": ""}},
     }
     notebook.metadata["widgets"] = {build["WIDGET_STATE"]: {"state": state}}

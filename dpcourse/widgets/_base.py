@@ -24,7 +24,7 @@ CELL_STYLE = "padding: 1px 10px 1px 0; text-align: left"
 # The class of the HTML line where a widget's saved state, shown before its cell runs, says that its controls need
 # the running kernel (notebooks/build.py writes the sentence into the saved state; a running widget leaves it
 # empty until it has something to say).
-NEEDS_KERNEL = "dpcourse-needs-kernel"
+NEEDS_KERNEL = "dpcourse-run-this-cell"
 
 
 def show_png(image: widgets.Image, png: bytes, width: str) -> None:

@@ -64,11 +64,16 @@ def test_the_learners_folder_holds_the_lessons_only(course_lab: CourseLab) -> No
     assert sorted(item["name"] for item in listed) == lessons
 
 
-def test_lesson_00_opens_trusted_unmodified_and_without_news(course_lab: CourseLab, browser) -> None:
+def _lesson_in_a_new_page(course_lab: CourseLab, browser, path: str) -> tuple:
+    """A browser context, its page and the lesson at ``path`` in it (not opened yet); close the context after."""
     context = browser.new_context(viewport={"width": 1280, "height": 900})
     page = context.new_page()
     page.set_default_timeout(60_000)
-    lesson = LabNotebook(page, course_lab.url, course_lab.token, LESSON)
+    return context, page, LabNotebook(page, course_lab.url, course_lab.token, path)
+
+
+def test_lesson_00_opens_trusted_stamped_and_without_news(course_lab: CourseLab, browser) -> None:
+    context, page, lesson = _lesson_in_a_new_page(course_lab, browser, LESSON)
     try:
         lesson.open()
         state = lesson.evaluate(KERNEL_METADATA_APPLIED)
@@ -97,10 +102,7 @@ MODEL_NOT_FOUND = "model not found"
 def test_a_lesson_saved_and_reopened_after_a_restart_shows_its_widgets(course_lab: CourseLab, browser) -> None:
     # The learner's sequence: Run All, Save, stop, `python -m dpcourse.open` again, reopen; then a reload with a
     # new kernel. With JupyterLab's default (no widget state saved), every widget read "model not found".
-    context = browser.new_context(viewport={"width": 1280, "height": 900})
-    page = context.new_page()
-    page.set_default_timeout(60_000)
-    lesson = LabNotebook(page, course_lab.url, course_lab.token, RETURN_LESSON)
+    context, page, lesson = _lesson_in_a_new_page(course_lab, browser, RETURN_LESSON)
     try:
         lesson.open()
         lesson.run_all(timeout_s=120)

@@ -24,11 +24,6 @@ What it does, and why:
   ``@jupyterlab/apputils-extension:announcements``, is disabled by the page config in
   ``dpcourse/jupyter_config/``, which ``JUPYTER_CONFIG_PATH`` adds for this server only: your own settings and
   other JupyterLabs are left alone. (``--LabApp.news_url=None`` does not stop the pop-up in JupyterLab 4.6.)
-* **Saves widget state** with the notebook (``@jupyter-widgets/jupyterlab-manager``'s ``saveState``, off in
-  JupyterLab by default, switched on by ``labconfig/default_setting_overrides.json`` there): a lesson you saved
-  and reopen later, after a restart, shows its quizzes and explorers as you left them. Without it the saved
-  outputs point at the old kernel's widgets and read "Error displaying widget: model not found". The price:
-  the widget manager marks a lesson modified (●) as soon as it restores its widgets, even before you change it.
 """
 
 import argparse

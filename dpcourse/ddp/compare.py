@@ -139,7 +139,7 @@ def dataparallel_bytes(n: int, batch: int = 8) -> dict[str, int]:
     """
     devices = choose_devices(n)
     model = examples.make_model().to(devices[0])
-    x, y = (t.to(devices[0]) for t in examples.make_batch(batch))
+    x, y = examples.make_batch(batch, device=devices[0])
     with trace() as traced:
         examples.loss_fn(DataParallel(model, devices)(x), y).backward()
     return {"parameters": sum(p.numel() * p.element_size() for p in model.parameters()),

@@ -71,6 +71,10 @@ LESSONS: tuple[Lesson, ...] = (
     Lesson("16_mixed_precision", "Mixed precision: autocast in threads, GradScaler, compressed gradients"),
     Lesson("17_ddp_in_practice", "DDP in practice: data, checkpoints, uneven inputs, unused parameters, BatchNorm, "
                                  "and a script converted"),
+    Lesson("18_zero1", "ZeRO-1: each rank keeps a shard of the optimizer state"),
+    Lesson("19_zero2", "ZeRO-2: gradients reduce-scattered, each rank keeps its shard"),
+    Lesson("20_zero3", "ZeRO-3: parameters sharded too, FSDP written by hand"),
+    Lesson("21_fsdp2", "FSDP2 and ZeroRedundancyOptimizer in practice"),
 )
 
 

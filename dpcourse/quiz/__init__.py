@@ -15,6 +15,7 @@ from .bank import LESSONS, all_questions, find_question, load_lesson
 from .experiments import EXPERIMENTS, run_experiment
 from .outcome import Outcome, only_true
 from .report import ProgressSummary, export_csv
+from .reveal import reveal
 from .schema import Question, QuizFormatError, parse_file
 from .widget import LessonQuiz, QuizWidget, ask, ask_lesson
 
@@ -36,5 +37,6 @@ __all__ = [
     "load_lesson",
     "only_true",
     "parse_file",
+    "reveal",
     "run_experiment",
 ]

@@ -155,6 +155,11 @@ print("dpcourse.devices(3):           ", dpcourse.devices(3))
 # | [15 Memory per device](15_memory.ipynb) | parameters, gradients, optimizer state and activations per device; DataParallel's device-0 surplus against DDP's equal ranks |
 # | [16 Mixed precision](16_mixed_precision.ipynb) | autocast in DataParallel's threads, GradScaler, DDP's bf16/fp16 gradient compression and the error it costs |
 # | [17 DDP in practice](17_ddp_in_practice.ipynb) | DistributedSampler, checkpoints, uneven inputs, unused parameters, SyncBatchNorm, and a DataParallel script turned into a DDP script |
+# | **Part III** | **sharded data parallel: every rank keeps only a [shard](#Glossary) of the training state** |
+# | [18 ZeRO-1](18_zero1.ipynb) | you shard Adam's state over the ranks: each rank updates its shard, an all-gather brings the parameters back; checked against one-device Adam |
+# | [19 ZeRO-2](19_zero2.ipynb) | gradients reduce-scattered in backward hooks, each rank keeping its shard; bytes on the wire measured against DDP's all-reduce |
+# | [20 ZeRO-3](20_zero3.ipynb) | parameters sharded too: all-gather before each layer, free after; FSDP written by hand; memory per rank and traffic measured |
+# | [21 FSDP2 in practice](21_fsdp2.ipynb) | `fully_shard` on a [device mesh](#Glossary), sharded checkpoints, mixed precision, `ZeroRedundancyOptimizer`, and DP / DDP / ZeRO / FSDP2 side by side |
 #
 # - **Predict, then run.** A quiz asks before the cell that shows the answer, and that cell's output starts
 #   collapsed: answer first, then click the bar left of the output (or the `…` in its place) to open it.
@@ -204,7 +209,12 @@ quiz.ProgressSummary()
 # | **intra-op threads** | the threads one torch operation on the CPU splits its work over (a large matrix product, for instance), at most `torch.get_num_threads()`. Not DataParallel's replica threads, which each run a whole forward (lesson 04). |
 # | **cuDNN** | NVIDIA's *CUDA Deep Neural Network* library: the GPU kernels torch calls for convolutions and recurrent layers (LSTM, GRU) on CUDA devices. Its RNN kernels want all of a layer's weights in one contiguous block of memory (lesson 07). CPU devices never use it. |
 # | **FSDP** | *Fully Sharded Data Parallel* (`torch.distributed.fsdp`): data parallelism over ranks like DDP, but each rank keeps only a shard (about 1/N) of the parameters, gradients and optimizer state, and gathers a layer's full parameters just before it uses them (lessons 10, 13, 15). |
-# | **ZeRO** | *Zero Redundancy Optimizer* (Rajbhandari et al., 2019, arXiv:1910.02054): removes the copies that every DDP rank keeps by sharding them over the ranks, in stages: 1 the optimizer state, 2 also the gradients, 3 also the parameters (what FSDP does). torch's `torch.distributed.optim.ZeroRedundancyOptimizer` does stage 1 (lesson 15). |
+# | **ZeRO** | *Zero Redundancy Optimizer* (Rajbhandari et al., 2019, arXiv:1910.02054): removes the copies that every DDP rank keeps by sharding them over the ranks, in stages: 1 the optimizer state, 2 also the gradients, 3 also the parameters (what FSDP does). torch's `torch.distributed.optim.ZeroRedundancyOptimizer` does stage 1 (lessons 15, 18–21). |
+# | **shard** | one rank's part of a tensor (or of a set of tensors) that is split over the ranks: with N ranks each keeps about 1/N of it and nothing of the rest. Sharded data parallelism shards the optimizer state, the gradients or the parameters instead of keeping a whole copy on every rank (lessons 18–21). |
+# | **ZeRO stage** | how much of the training state ZeRO shards: stage 1 the optimizer state (each rank updates only its shard of the parameters, then an all-gather shares them), stage 2 also the gradients (a reduce-scatter instead of an all-reduce), stage 3 also the parameters (gathered before a layer runs, freed after). Lessons 18, 19, 20. |
+# | **reshard** | to free the gathered full parameters of a layer once it has run, keeping only this rank's shard; they are all-gathered again when next needed. FSDP2's `reshard_after_forward=True` does it after the forward (and gathers again for the backward); `False` keeps them until the backward is done (lessons 20, 21). |
+# | **device mesh** | `torch.distributed.device_mesh.DeviceMesh`: the ranks of a job laid out as an array (a line of N ranks here; a 2-D grid for data parallelism across and sharding within machines), each with its device type (`"cpu"` or `"cuda"`). FSDP2 shards over a mesh (lesson 21). |
+# | **DTensor** | *distributed tensor* (`torch.distributed.tensor.DTensor`): a tensor that knows it is spread over a device mesh and how (`Shard(0)`: cut along dim 0; `Replicate()`: a whole copy per rank). Each rank stores only its local piece (`.to_local()`); `.full_tensor()` all-gathers the whole. FSDP2's parameters are DTensors (lesson 21). |
 
 # %% [markdown]
 # ## Summary

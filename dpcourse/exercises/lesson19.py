@@ -1,0 +1,1 @@
+"""Lesson 19's checked exercises."""

@@ -1,0 +1,1 @@
+"""Lesson 20's checked exercises."""

@@ -1,0 +1,1 @@
+"""Lesson 21's checked exercises."""

@@ -164,11 +164,16 @@ def _check_same_keys(outputs: Sequence[dict]) -> None:
             )
 
 
+def _items(count: int) -> str:
+    """``"1 item"``, ``"3 items"``."""
+    return f"{count} item" if count == 1 else f"{count} items"
+
+
 def _check_same_length(outputs: Sequence[Sequence]) -> None:
     for i, seq in enumerate(outputs):
         if not isinstance(seq, (list, tuple)) or len(seq) != len(outputs[0]):
-            found = f"{len(seq)} items" if isinstance(seq, (list, tuple)) else type(seq).__name__
+            found = _items(len(seq)) if isinstance(seq, (list, tuple)) else type(seq).__name__
             raise ValueError(
-                f"Cannot gather: replica 0 returned {len(outputs[0])} items but replica {i} returned {found}. "
+                f"Cannot gather: replica 0 returned {_items(len(outputs[0]))} but replica {i} returned {found}. "
                 f"Every replica must return the same number of outputs."
             )

@@ -169,7 +169,7 @@ def test_no_warning_when_outputs_have_a_batch_dimension():
         (lambda: dpcourse.gather([torch.tensor(1.0)] * 2, "cpu", dim=1), IndexError, "scalar"),
         (lambda: dpcourse.gather([{"a": 1}, {"b": 1}], "cpu"), ValueError, r"keys \['a'\] .*replica 1"),
         (lambda: dpcourse.gather([{"a": 1}, {"a": 1, "b": 2}], "cpu"), ValueError, "same keys"),
-        (lambda: dpcourse.gather([[torch.zeros(1)], []], "cpu"), ValueError, "1 items but replica 1 returned 0"),
+        (lambda: dpcourse.gather([[torch.zeros(1)], []], "cpu"), ValueError, "1 item but replica 1 returned 0 items"),
         (lambda: dpcourse.gather([1, 2], "cpu"), TypeError, "type int"),
         (lambda: dpcourse.gather([torch.zeros(1), None], "cpu"), TypeError, "replica 1 returned NoneType"),
     ],

@@ -177,6 +177,11 @@ def _own_line(error: BaseException) -> str:
     return f" (line {frame.lineno} of {frame.name}: {frame.line.strip()})"
 
 
+def items(count: int) -> str:
+    """``"1 item"``, ``"3 items"``: a count in a check's message."""
+    return f"{count} item" if count == 1 else f"{count} items"
+
+
 def first_difference(expected: Any, got: Any, where: str = "answer", atol: float = 1e-6) -> str | None:
     """``None`` if ``got`` equals ``expected`` (tensors within ``atol``), else where and how they first differ."""
     if isinstance(expected, torch.Tensor):
@@ -189,8 +194,8 @@ def first_difference(expected: Any, got: Any, where: str = "answer", atol: float
         return next((d for d in differences if d), None)
     if isinstance(expected, (list, tuple)):
         if not isinstance(got, (list, tuple)) or len(got) != len(expected):
-            found = f"{len(got)} items" if isinstance(got, (list, tuple)) else type(got).__name__
-            return f"{where}: expected {len(expected)} items, got {found}"
+            found = items(len(got)) if isinstance(got, (list, tuple)) else type(got).__name__
+            return f"{where}: expected {items(len(expected))}, got {found}"
         pairs = enumerate(zip(expected, got, strict=True))
         differences = (first_difference(e, g, f"{where}[{i}]", atol) for i, (e, g) in pairs)
         return next((d for d in differences if d), None)

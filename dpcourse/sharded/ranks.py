@@ -1,0 +1,208 @@
+"""Train the course's model on real ranks with a training program of your own, and compare with one device.
+
+``train_on_ranks(program, world_size)`` starts ``world_size`` ranks. Every rank
+
+1. builds the same seeded MLP (``examples.mlp(widths, seed)``) on its device (``launcher.device()``);
+2. takes its shard of each step's batch: step ``s`` uses samples ``s * samples ... (s + 1) * samples - 1`` of
+   ``ddp.lesson.data``, and rank ``r`` of ``n`` gets the ``r``-th contiguous ``samples / n`` of them;
+3. calls ``program(model, batches, lr)`` (with ``**extra`` if given) while ``traffic.counted()`` counts what it
+   sends and which collectives it calls, and records each collective's size.
+
+``program`` trains with its own optimizer, ``steps`` steps, the loss ``ddp.lesson.loss_fn`` (mean squared error,
+averaged over the rank's samples), gradients averaged over the ranks as DDP does. Then every rank's training
+equals full-batch training on one device, which ``one_device`` runs: the oracle. The program returns the final
+*full* parameters, in ``model.parameters()`` order (a program that keeps only a shard gathers them first), or a
+dict with them as ``"parameters"`` and anything more it wants to report (``"state_bytes"``, say).
+
+A program written in a notebook cell travels to the ranks as its source (``ddp.by_source``), as in
+``ddp.learner``: if it raises, the learner's own exception is raised here; if the ranks wait for each other
+forever, a ``TimeoutError`` says what usually causes it.
+"""
+
+import contextlib
+import math
+import pickle
+import sys
+import tempfile
+import types
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch.distributed import distributed_c10d
+
+from .. import examples
+from ..ddp import lesson
+from ..ddp.by_source import SourceFunction
+from ..ddp.launcher import WorkerError, device, launch
+from ..ddp.traffic import COLLECTIVES, counted
+
+# 8 inputs -> 15 -> 15 -> 4 outputs: 439 parameters, a number that 2, 3 and 4 ranks cannot split evenly.
+WIDTHS = (8, 15, 15, 4)
+TIMEOUT = 60.0  # seconds; three steps on 4 ranks take well under 10, the start of the ranks included
+
+
+def _rank_batches(steps: int, samples: int, seed: int, rank: int, world_size: int
+                  ) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    x, y = lesson.data(steps * samples, seed)
+    share = samples // world_size
+    starts = [step * samples + rank * share for step in range(steps)]
+    return [(x[start:start + share], y[start:start + share]) for start in starts]
+
+
+def _size(argument: Any) -> int:
+    tensors = [argument] if isinstance(argument, torch.Tensor) else argument if isinstance(argument, list) else []
+    return sum(t.numel() * t.element_size() for t in tensors if isinstance(t, torch.Tensor))
+
+
+@contextlib.contextmanager
+def _collective_sizes() -> Iterator[list[tuple[str, int]]]:
+    """Record ``(name, bytes)`` for each collective called: the bytes of its largest tensor argument.
+
+    That is the size of the whole collective: the tensor all-reduced or broadcast, the full output of an
+    all-gather (all shards), the full input of a reduce-scatter. What the backend sends for it depends on its
+    algorithm, which runs inside the backend where ``traffic`` cannot count it.
+    """
+    calls: list[tuple[str, int]] = []
+    originals = {name: getattr(dist, name) for name in COLLECTIVES if hasattr(dist, name)}
+    inside = [0]  # torch 2.13's all_gather_into_tensor calls all_gather_single: record the call the program made
+
+    def sized(name: str, function: Callable) -> Callable:
+        def collective(*args, **kwargs):
+            if not inside[0]:
+                calls.append((name, max(map(_size, [*args, *kwargs.values()]), default=0)))
+            inside[0] += 1
+            try:
+                return function(*args, **kwargs)
+            finally:
+                inside[0] -= 1
+
+        return collective
+
+    for module in (dist, distributed_c10d):
+        for name, function in originals.items():
+            setattr(module, name, sized(name, function))
+    try:
+        yield calls
+    finally:
+        for module in (dist, distributed_c10d):
+            for name, function in originals.items():
+                setattr(module, name, function)
+
+
+def _final_parameters(returned: Any, model: torch.nn.Module) -> tuple[list[torch.Tensor], dict]:
+    """The parameters the program returned, checked against the model's, on the CPU; and its other results."""
+    extra = dict(returned) if isinstance(returned, dict) else {}
+    parameters = extra.pop("parameters", None) if isinstance(returned, dict) else returned
+    shapes = [tuple(p.shape) for p in model.parameters()]
+    if not isinstance(parameters, list | tuple) or len(parameters) != len(shapes):
+        raise TypeError(f"the training program returned {type(parameters).__name__}: return the trained model's "
+                        f"{len(shapes)} full parameters as a list, in model.parameters() order, or a dict with that "
+                        "list as 'parameters'.")
+    for index, (tensor, shape) in enumerate(zip(parameters, shapes, strict=True)):
+        if not isinstance(tensor, torch.Tensor) or tuple(tensor.shape) != shape:
+            got = tuple(tensor.shape) if isinstance(tensor, torch.Tensor) else type(tensor).__name__
+            raise ValueError(f"parameter {index} returned by the training program is {got}, not a tensor of the "
+                             f"model's shape {shape}: gather the full parameters before returning them.")
+    return [t.detach().cpu().clone() for t in parameters], extra
+
+
+def _train(shipped: Any, steps: int, lr: float, widths: tuple[int, ...], samples: int, seed: int,
+           extra: dict, errors: str) -> dict:
+    rank, world_size = dist.get_rank(), dist.get_world_size()
+    model = examples.mlp(widths, seed).to(device())
+    batches = [(x.to(device()), y.to(device()))
+               for x, y in _rank_batches(steps, samples, seed, rank, world_size)]
+    try:
+        program = shipped.rebuild() if isinstance(shipped, SourceFunction) else shipped
+        with counted() as traffic, _collective_sizes() as sizes:
+            returned = program(model, batches, lr, **extra)
+        parameters, more = _final_parameters(returned, model)
+    except Exception as error:
+        try:
+            note = pickle.dumps(error)
+        except Exception:  # an exception class of the learner's own cannot always be pickled
+            note = pickle.dumps(RuntimeError(f"{type(error).__name__}: {error}"))
+        Path(errors, f"rank-{rank}.pickle").write_bytes(note)
+        raise
+    return {**more, "parameters": parameters, "sent": traffic.sent, "received": traffic.received,
+            "collectives": sizes, "backend": dist.get_backend()}
+
+
+def _importable(program: Callable) -> bool:
+    module = sys.modules.get(getattr(program, "__module__", "") or "")
+    return module is not None and module.__name__ != "__main__" and hasattr(module, "__file__")
+
+
+def train_on_ranks(program: Callable, world_size: int, *, steps: int = 3, lr: float = 1e-2,
+                   widths: Sequence[int] = WIDTHS, samples: int = 24, seed: int = 0,
+                   timeout: float | None = None, extra: dict | None = None) -> list[dict]:
+    """Run ``program(model, batches, lr, **extra)`` on ``world_size`` ranks; per rank, a dict of
+
+    ``parameters`` (the returned full parameters, CPU tensors), ``sent`` and ``received`` (bytes point to
+    point), ``collectives`` (``(name, bytes)`` per collective called, see ``_collective_sizes``), ``backend``
+    and whatever else the program returned in its dict. ``samples`` per step must split evenly over the ranks.
+
+    Raises the program's own exception if it raised in a rank, ``TypeError`` if a notebook function's source
+    cannot be found, and ``TimeoutError`` if the ranks still run after ``timeout`` (default ``TIMEOUT``) s.
+    """
+    if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
+        raise ValueError(f"world_size is the number of ranks to start, a whole number >= 1; got {world_size!r}.")
+    if samples % world_size:
+        raise ValueError(f"samples={samples} per step cannot be split evenly over {world_size} ranks: choose a "
+                         f"multiple of {world_size} (24 splits over 2, 3 and 4).")
+    is_function = isinstance(program, types.FunctionType)
+    shipped = program if is_function and _importable(program) else SourceFunction.of(program)
+    timeout = timeout or TIMEOUT
+    args = (shipped, steps, lr, tuple(widths), samples, seed, dict(extra or {}))
+    with tempfile.TemporaryDirectory(prefix="dpcourse-sharded-") as errors:
+        try:
+            return launch(_train, world_size, (*args, errors), timeout=timeout)
+        except WorkerError as failure:
+            note = Path(errors, f"rank-{failure.rank}.pickle")
+            if note.exists():
+                raise pickle.loads(note.read_bytes()) from None
+            raise RuntimeError(str(failure).splitlines()[0]) from None
+        except TimeoutError:
+            raise TimeoutError(
+                f"the {world_size} ranks were still training after {timeout:g} s and were stopped: they wait for "
+                "each other. Every rank must call the same collectives in the same order, with tensors of the "
+                "same size (pad uneven shards before an all_gather)."
+            ) from None
+
+
+def one_device(steps: int = 3, lr: float = 1e-2, widths: Sequence[int] = WIDTHS, samples: int = 24,
+               seed: int = 0) -> list[torch.Tensor]:
+    """The oracle: the same model trained on one device, ``torch.optim.Adam`` on each step's whole batch.
+
+    Returns the final parameters, in ``parameters()`` order, on the CPU.
+    """
+    model = examples.mlp(tuple(widths), seed)
+    optimizer = torch.optim.Adam(model.parameters(), lr=lr)
+    for x, y in _rank_batches(steps, samples, seed, rank=0, world_size=1):
+        optimizer.zero_grad()
+        lesson.loss_fn(model(x), y).backward()
+        optimizer.step()
+    return [p.detach().clone() for p in model.parameters()]
+
+
+def first_difference(ranks: list[dict], expected: list[torch.Tensor], widths: Sequence[int] = WIDTHS,
+                     rtol: float = 1e-5, atol: float = 1e-6) -> str | None:
+    """``None`` if every rank's ``parameters`` equal ``expected`` within ``rtol`` and ``atol``; else a sentence
+    naming the first rank and parameter that differ, and by how much."""
+    names = [name for name, _ in examples.mlp(tuple(widths)).named_parameters()]
+    for rank, result in enumerate(ranks):
+        for name, got, want in zip(names, result["parameters"], expected, strict=True):
+            if not torch.allclose(got, want, rtol=rtol, atol=atol):
+                gap = (got - want).abs().max().item()
+                scale = want.abs().max().item()
+                return (f"rank {rank}'s {name} {tuple(want.shape)} differs from one-device Adam by up to "
+                        f"{gap:.3g} (its largest entry is {scale:.3g}).")
+    return None
+
+
+def parameter_count(widths: Sequence[int] = WIDTHS) -> int:
+    """How many numbers the model's parameters hold: the length of the flat vector ZeRO shards."""
+    return sum(math.prod(p.shape) for p in examples.mlp(tuple(widths)).parameters())

@@ -19,9 +19,11 @@ Each source is a Python file in jupytext's "percent" format (what jupytext, VS C
 
 jupytext turns it into cells, with the tags in each cell's metadata (nbval reads "nbval-ignore-output").
 This script then adds what a classroom needs: a code cell tagged "solution" is shown collapsed (an exercise's
-answer, one click away); a code cell tagged "reveals-answer" (its output gives away the answer of a quiz
-above it) keeps its outputs collapsed in both editions, so that the learner answers before seeing them; and
-cells that open with a level-1 or level-2 heading start a new slide. The
+answer, one click away); a code cell tagged "reveals-answer" (``with quiz.reveal("id"):``, its output gives away
+the answer of a quiz above it) keeps no output in the student edition, where a learner's kernel shows it once
+the quiz is answered (``dpcourse.quiz.reveal``), and keeps its output collapsed in the instructor edition, which
+the static site shows in a closed ``<details>``; and cells that open with a level-1 or level-2 heading start a
+new slide. The
 notebook is run top to bottom in a fresh kernel and saved with its outputs and widget state, which is what
 nbval compares against (tests/nbval_sanitize.cfg masks what legitimately changes between runs). Its
 ``kernelspec`` and ``language_info`` are those JupyterLab writes when this environment's kernel starts
@@ -61,6 +63,7 @@ SOLUTION = re.compile(r"^(?P<indent>[ \t]*)### BEGIN SOLUTION\n.*?^[ \t]*### END
 STUB = '{indent}raise NotImplementedError("Your code here: write this, then run the check below.")\n'
 SOLUTION_TAG = "solution"  # a code cell holding an exercise's answer
 REVEALS_ANSWER_TAG = "reveals-answer"  # a code cell whose output gives away a quiz above it
+NBVAL_IGNORE_OUTPUT = "nbval-ignore-output"
 WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
 RUN_THIS_CELL = "<p><b>▶ Run this cell</b> to answer or explore: its buttons and sliders need the running kernel.</p>"
 CHECK_CALL = re.compile(r'exercises\.check\("(\w+)"')  # a check cell: nbgrader grades it
@@ -77,7 +80,9 @@ def add_classroom_metadata(notebook: nbformat.NotebookNode, edition: str = "inst
 
     JupyterLab reads ``jupyter.source_hidden`` and ``jupyter.outputs_hidden``; ``collapsed`` is the older
     name for hidden outputs, which the classic notebook and nbconvert's templates read. The student edition
-    shows its solution cells open where they hold a stub, the learner's to edit. Cell ids follow the order.
+    shows its solution cells open where they hold a stub, the learner's to edit. An answer-revealing cell is
+    collapsed in the instructor edition only (the site's closed ``<details>``); the student edition stores no
+    output for it (``drop_revealing_outputs``), so nbval compares none there. Cell ids follow the order.
     """
     grade_ids: dict[str, int] = {}
     for index, cell in enumerate(notebook.cells):
@@ -98,9 +103,11 @@ def add_classroom_metadata(notebook: nbformat.NotebookNode, edition: str = "inst
         # a solution with no stub in it (a worked example without markers) stays hidden there too.
         if SOLUTION_TAG in tags and (edition == "instructor" or not SOLUTION.search(cell.source)):
             hidden["source_hidden"] = True
-        if REVEALS_ANSWER_TAG in tags:
+        if REVEALS_ANSWER_TAG in tags and edition == "instructor":
             hidden["outputs_hidden"] = True
             cell.metadata["collapsed"] = True
+        elif REVEALS_ANSWER_TAG in tags and NBVAL_IGNORE_OUTPUT not in tags:
+            cell.metadata["tags"] = [*tags, NBVAL_IGNORE_OUTPUT]
         if hidden:
             cell.metadata["jupyter"] = hidden
 
@@ -151,6 +158,8 @@ def build(name: str, edition: str = "instructor", timeout: int = 300, into: Path
     )
     client.execute(cwd=str(HERE))
     coalesce_streams(notebook)
+    if edition == "student":
+        drop_revealing_outputs(notebook)
     say_what_needs_a_kernel(notebook)
     target = (into or EDITIONS[edition]) / f"{name}.ipynb"
     target.parent.mkdir(exist_ok=True)
@@ -172,6 +181,14 @@ def coalesce_streams(notebook: nbformat.NotebookNode) -> None:
                 joined.append(output)
         if cell.cell_type == "code":
             cell.outputs = joined
+
+
+def drop_revealing_outputs(notebook: nbformat.NotebookNode) -> None:
+    """Empty the outputs of the cells tagged ``reveals-answer``: a learner's copy holds no result of a quiz before
+    it is answered. Run in the learner's kernel, ``quiz.reveal`` hides the result until then."""
+    for cell in notebook.cells:
+        if cell.cell_type == "code" and REVEALS_ANSWER_TAG in cell.metadata.get("tags", []):
+            cell.outputs = []
 
 
 def say_what_needs_a_kernel(notebook: nbformat.NotebookNode) -> None:

@@ -16,6 +16,9 @@ LESSON_ENVIRONMENT = {
     "IPYTHONDIR": str(Path(__file__).resolve().parent.parent / "tests" / "ipython"),
     # The instructor edition's checks pass and are recorded: into a file of the tests', never the learner's.
     "DPCOURSE_PROGRESS": str(Path(tempfile.gettempdir()) / "dpcourse-lessons" / "progress.json"),
+    # quiz.reveal lets a result through instead of hiding it until its quiz is answered: the instructor edition
+    # stores the real outputs and nbval compares them (the student build then drops them, notebooks/build.py).
+    "DPCOURSE_REVEAL": "print",
 }
 
 for _variable, _value in LESSON_ENVIRONMENT.items():

@@ -1,12 +1,16 @@
 """Every question of the course, driven through its widget in plain pytest: answer wrong, answer right, run the
 experiment, and check that the experiment's measurement agrees with the answer and that progress was saved."""
 
+import importlib
+
 import pytest
 
 from dpcourse.quiz import EXPERIMENTS, Outcome, Progress, Question, all_questions, ask, ask_lesson
+from dpcourse.quiz import reveal as quiz_reveal
 from dpcourse.quiz.widget import markup
 
 QUESTIONS = all_questions()
+reveal_module = importlib.import_module("dpcourse.quiz.reveal")  # the package's `reveal` is the function
 
 
 def wrong_answer(question: Question) -> str:
@@ -135,3 +139,76 @@ def test_an_overflowing_answer_gets_a_clear_reply_and_is_not_recorded(tmp_path):
     give(quiz, "1e999")
     assert "is not a finite number" in quiz.feedback.value and "Something went wrong" not in quiz.feedback.value
     assert not progress_file.exists()
+
+
+# quiz.reveal: a block's output hidden until its quiz is answered (dpcourse/quiz/reveal.py).
+
+
+@pytest.fixture
+def live(monkeypatch):
+    """As in a learner's kernel: no ``$DPCOURSE_REVEAL``, an IPython shell that captures ``display``, no answers."""
+    from IPython.core.interactiveshell import InteractiveShell
+
+    monkeypatch.delenv(reveal_module.MODE_VARIABLE, raising=False)
+    monkeypatch.setattr(reveal_module, "passes_through", lambda: False)
+    monkeypatch.setattr(reveal_module, "_waiting", {})
+    monkeypatch.setattr(reveal_module, "_answered", set())
+    shown = []
+    monkeypatch.setattr(reveal_module, "display", shown.append)
+    InteractiveShell.instance()
+    return shown
+
+
+def revealed_text(result) -> str:
+    return "".join(o.get("text", "") + o.get("data", {}).get("text/plain", "") for o in result.output.outputs)
+
+
+def test_a_revealed_result_is_hidden_until_its_quiz_is_answered(live, tmp_path):
+    from IPython.display import display
+
+    question = QUESTIONS[0]
+    quiz = ask(question, Progress(tmp_path / "progress.json"))
+    with quiz_reveal(question.id):
+        print("the answer is 42")
+        display("a figure")
+    [result] = live
+    assert not result.shown and hidden(result.output) and not hidden(result.show_button)
+    assert reveal_module.PLACEHOLDER in result.placeholder.value and "42" not in result.placeholder.value
+    assert revealed_text(result) == "the answer is 42\n'a figure'"  # prints first, then displays
+    assert "42" not in repr(result)
+
+    quiz.submit_button.click()  # no answer chosen yet: not an answer
+    assert not result.shown
+    give(quiz, wrong_answer(question))  # any answer shows it, a wrong one too
+    assert result.shown and hidden(result.placeholder) and hidden(result.show_button)
+
+
+def test_show_reveals_without_an_answer_and_answered_quizzes_reveal_at_once(live, tmp_path):
+    first, second = QUESTIONS[:2]
+    with quiz_reveal(first.id):
+        print("result")
+    [result] = live
+    result.show_button.click()
+    assert result.shown and revealed_text(result) == "result\n"
+
+    give(ask(second, Progress(tmp_path / "progress.json")), right_answer(second))
+    with quiz_reveal(second.id):  # run after its quiz was answered: nothing to wait for
+        print("later")
+    assert live[-1].shown
+
+
+def test_an_error_in_the_block_shows_the_result_and_raises(live):
+    with pytest.raises(ZeroDivisionError), quiz_reveal(QUESTIONS[0].id):
+        print("before the error")
+        1 / 0  # noqa: B018
+    assert live[0].shown and revealed_text(live[0]) == "before the error\n"
+
+
+def test_print_mode_and_unknown_ids(monkeypatch, capsys):
+    monkeypatch.setenv(reveal_module.MODE_VARIABLE, "print")
+    assert reveal_module.passes_through()
+    with quiz_reveal(QUESTIONS[0].id):
+        print("shown as usual")
+    assert capsys.readouterr().out == "shown as usual\n"
+    with pytest.raises(KeyError, match="no question has this id"), quiz_reveal("02-no-such-question"):
+        pass

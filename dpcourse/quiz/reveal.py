@@ -6,14 +6,118 @@
         print(moved["reduce"])
         display(viz.collective(moved["reduce"]))
 
-(A first version: it shows the output at once. The quiz takes the output over in the next commit.)
+In a notebook, what the block prints and displays goes into a hidden ``ipywidgets.Output``. In its place the
+learner reads one line, ``PLACEHOLDER``, next to a *Show the result without answering* button. The result
+appears when the quiz ``question`` is answered in this kernel (any answer, right or wrong: the quiz calls
+``answered``), at once if it was answered before the block ran, or when the learner presses the button.
+Nothing of the result is in the visible output before that. JupyterLab's collapsed-output bar, which prints
+an output's first line, would show the placeholder line.
+
+Where nobody answers, the block's output goes through as usual. That happens when ``$DPCOURSE_REVEAL`` is
+``print`` (notebooks/conftest.py sets it for the builds and the tests, so that the instructor edition stores the
+real outputs and nbval compares them), and outside an IPython kernel (a script, plain pytest).
+
+The block's prints come first in the result, then what it displays (IPython's ``capture_output`` keeps them
+apart). Write prints before figures, and ``display(figure)`` rather than a bare last expression, which a
+``with`` block would not show. An error in the block shows the result at once, with the traceback after it.
 """
 
 import contextlib
+import os
 from collections.abc import Iterator
+
+import ipywidgets as widgets
+from IPython import get_ipython
+from IPython.display import display
+from IPython.utils.capture import CapturedIO, capture_output
+
+from .bank import load_lesson
+from .lessons import LESSONS
+
+MODE_VARIABLE = "DPCOURSE_REVEAL"  # "print": let the output through (builds and tests)
+PLACEHOLDER = "The result appears here once you answer the quiz above (or press Show)."
+SHOW = "Show the result without answering"
+
+_waiting: dict[str, list["HiddenResult"]] = {}  # question id -> results not shown yet, in this kernel
+_answered: set[str] = set()  # the questions answered in this kernel
+
+
+class HiddenResult(widgets.VBox):
+    """A block's output, hidden until its quiz is answered. Public controls: ``placeholder``, ``show_button``
+    and ``output`` (an ``ipywidgets.Output`` whose ``outputs`` hold what the block printed and displayed).
+    """
+
+    def __init__(self, question: str, captured: CapturedIO) -> None:
+        self.question = question
+        self.placeholder = widgets.HTML(f"<p><i>{PLACEHOLDER}</i></p>")
+        self.show_button = widgets.Button(description=SHOW, icon="eye", layout=widgets.Layout(width="auto"))
+        self.show_button.on_click(self.show)
+        self.output = widgets.Output(layout=widgets.Layout(display="none"))
+        self.output.outputs = outputs_of(captured)
+        super().__init__([self.placeholder, self.show_button, self.output])
+
+    @property
+    def shown(self) -> bool:
+        return self.output.layout.display != "none"
+
+    def show(self, _button: object = None) -> None:
+        """Show the result; the placeholder and the button go."""
+        self.output.layout.display = None
+        self.placeholder.layout.display = self.show_button.layout.display = "none"
+
+    def __repr__(self) -> str:
+        # What a page without a widget renderer shows: the placeholder, never the result.
+        return f"Result of quiz {self.question}, hidden until it is answered: run the cell in JupyterLab."
+
+
+def outputs_of(captured: CapturedIO) -> tuple[dict, ...]:
+    """The notebook outputs (nbformat dicts) of what a block printed and displayed: prints, then displays."""
+    streams = [("stdout", captured.stdout), ("stderr", captured.stderr)]
+    return (
+        *({"output_type": "stream", "name": name, "text": text} for name, text in streams if text),
+        *({"output_type": "display_data", "data": out.data, "metadata": out.metadata} for out in captured.outputs),
+    )
+
+
+def answered(question: str) -> None:
+    """The quiz ``question`` was answered in this kernel: show its results, and those of later blocks at once."""
+    _answered.add(question)
+    for result in _waiting.pop(question, []):
+        result.show()
+
+
+def check_id(question: str) -> None:
+    """Raise ``KeyError`` unless ``question`` is the id of a question of its lesson (ids start with its number)."""
+    lessons = [lesson for lesson in LESSONS if lesson.split("_")[0] == question.split("-")[0]]
+    if not any(asked.id == question for lesson in lessons for asked in load_lesson(lesson)):
+        raise KeyError(f"quiz.reveal({question!r}): no question has this id; use the id of the quiz the block answers, "
+                       "as in dpcourse/quizzes/NN_<lesson>.toml.")
+
+
+def passes_through() -> bool:
+    """Whether output goes through as usual: ``$DPCOURSE_REVEAL`` is ``print``, or no kernel runs this code."""
+    return os.environ.get(MODE_VARIABLE) == "print" or getattr(get_ipython(), "kernel", None) is None
 
 
 @contextlib.contextmanager
 def reveal(question: str) -> Iterator[None]:
-    """Run the block; what it prints and displays answers the quiz ``question``."""
-    yield
+    """Run the block; what it prints and displays answers the quiz ``question`` and stays hidden until then.
+
+    ``question`` is a question id (``"02-ten-rows-four-devices"``); an unknown id raises ``KeyError``.
+    """
+    check_id(question)
+    if passes_through():
+        yield
+        return
+    failed = True
+    try:
+        with capture_output() as captured:
+            yield
+        failed = False
+    finally:  # an error in the block shows the result at once, and its traceback after it
+        result = HiddenResult(question, captured)
+        if failed or question in _answered:
+            result.show()
+        else:
+            _waiting.setdefault(question, []).append(result)
+        display(result)

@@ -18,6 +18,7 @@ from ..progress import Progress
 from .bank import find_question, load_lesson
 from .experiments import run_experiment
 from .outcome import Outcome
+from .reveal import answered
 from .schema import ARTICLE, Question
 
 PLACEHOLDERS = {"number": "a number, e.g. 3 or 0.25", "shape": "a shape, e.g. (4,) or [2, 3]"}
@@ -130,7 +131,8 @@ class QuizWidget(widgets.VBox):
 
     @reports_errors
     def check(self, _button: object = None) -> None:
-        """Judge the answer, reveal the explanation and the experiment, and record the attempt."""
+        """Judge the answer, reveal the explanation, the experiment and the lesson's hidden results (``quiz.reveal``),
+        and record the attempt."""
         if not self.response:
             verb = "Choose" if self.choice is not None else "Type"
             self.feedback.value = f"<p>{verb} an answer first, then check it.</p>"
@@ -152,6 +154,7 @@ class QuizWidget(widgets.VBox):
         self.explanation.value = markup(self.question.explanation) + f"<p><small>Sources: {sources}</small></p>"
         _show(self.explanation, True)
         _show(self.experiment_button, True)
+        answered(self.question.id)
         recorded = self.progress.record(self.question, self.response, correct)
         if not recorded.saved:
             self.feedback.value += (

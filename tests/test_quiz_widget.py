@@ -197,6 +197,19 @@ def test_show_reveals_without_an_answer_and_answered_quizzes_reveal_at_once(live
     assert live[-1].shown
 
 
+def test_a_block_that_answers_two_quizzes_waits_for_both(live, tmp_path):
+    first, second = QUESTIONS[:2]
+    with quiz_reveal(first.id, second.id):
+        print("both answers")
+    [result] = live
+    assert reveal_module.PLACEHOLDER_SEVERAL in result.placeholder.value
+    progress = Progress(tmp_path / "progress.json")
+    give(ask(second, progress), wrong_answer(second))
+    assert not result.shown
+    give(ask(first, progress), right_answer(first))
+    assert result.shown
+
+
 def test_an_error_in_the_block_shows_the_result_and_raises(live):
     with pytest.raises(ZeroDivisionError), quiz_reveal(QUESTIONS[0].id):
         print("before the error")
@@ -211,4 +224,6 @@ def test_print_mode_and_unknown_ids(monkeypatch, capsys):
         print("shown as usual")
     assert capsys.readouterr().out == "shown as usual\n"
     with pytest.raises(KeyError, match="no question has this id"), quiz_reveal("02-no-such-question"):
+        pass
+    with pytest.raises(TypeError, match="needs the id of the quiz"), quiz_reveal():
         pass

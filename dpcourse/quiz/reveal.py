@@ -9,7 +9,9 @@
 In a notebook, what the block prints and displays goes into a hidden ``ipywidgets.Output``. In its place the
 learner reads one line, ``PLACEHOLDER``, next to a *Show the result without answering* button. The result
 appears when the quiz ``question`` is answered in this kernel (any answer, right or wrong: the quiz calls
-``answered``), at once if it was answered before the block ran, or when the learner presses the button.
+``answered``), at once if it was answered before the block ran, or when the learner presses the button. A block
+that answers several quizzes names them all, ``quiz.reveal("14-no-sync-allreduces", "14-forward-outside")``,
+and waits for every one.
 Nothing of the result is in the visible output before that. JupyterLab's collapsed-output bar, which prints
 an output's first line, would show the placeholder line.
 
@@ -36,6 +38,7 @@ from .lessons import LESSONS
 
 MODE_VARIABLE = "DPCOURSE_REVEAL"  # "print": let the output through (builds and tests)
 PLACEHOLDER = "The result appears here once you answer the quiz above (or press Show)."
+PLACEHOLDER_SEVERAL = "The result appears here once you answer the quizzes above (or press Show)."
 SHOW = "Show the result without answering"
 
 _waiting: dict[str, list["HiddenResult"]] = {}  # question id -> results not shown yet, in this kernel
@@ -47,9 +50,10 @@ class HiddenResult(widgets.VBox):
     and ``output`` (an ``ipywidgets.Output`` whose ``outputs`` hold what the block printed and displayed).
     """
 
-    def __init__(self, question: str, captured: CapturedIO) -> None:
-        self.question = question
-        self.placeholder = widgets.HTML(f"<p><i>{PLACEHOLDER}</i></p>")
+    def __init__(self, questions: tuple[str, ...], captured: CapturedIO) -> None:
+        self.questions = questions
+        self.unanswered = set(questions) - _answered
+        self.placeholder = widgets.HTML(f"<p><i>{PLACEHOLDER if len(questions) == 1 else PLACEHOLDER_SEVERAL}</i></p>")
         self.show_button = widgets.Button(description=SHOW, icon="eye", layout=widgets.Layout(width="auto"))
         self.show_button.on_click(self.show)
         self.output = widgets.Output(layout=widgets.Layout(display="none"))
@@ -67,7 +71,7 @@ class HiddenResult(widgets.VBox):
 
     def __repr__(self) -> str:
         # What a page without a widget renderer shows: the placeholder, never the result.
-        return f"Result of quiz {self.question}, hidden until it is answered: run the cell in JupyterLab."
+        return f"Result of quiz {', '.join(self.questions)}, hidden until answered: run the cell in JupyterLab."
 
 
 def outputs_of(captured: CapturedIO) -> tuple[dict, ...]:
@@ -80,10 +84,13 @@ def outputs_of(captured: CapturedIO) -> tuple[dict, ...]:
 
 
 def answered(question: str) -> None:
-    """The quiz ``question`` was answered in this kernel: show its results, and those of later blocks at once."""
+    """The quiz ``question`` was answered in this kernel: show the results that waited for it alone, and those of
+    later blocks at once."""
     _answered.add(question)
     for result in _waiting.pop(question, []):
-        result.show()
+        result.unanswered.discard(question)
+        if not result.unanswered:
+            result.show()
 
 
 def check_id(question: str) -> None:
@@ -100,12 +107,16 @@ def passes_through() -> bool:
 
 
 @contextlib.contextmanager
-def reveal(question: str) -> Iterator[None]:
-    """Run the block; what it prints and displays answers the quiz ``question`` and stays hidden until then.
+def reveal(*questions: str) -> Iterator[None]:
+    """Run the block; what it prints and displays answers the quizzes ``questions`` and stays hidden until then.
 
-    ``question`` is a question id (``"02-ten-rows-four-devices"``); an unknown id raises ``KeyError``.
+    ``questions`` are question ids (``"02-ten-rows-four-devices"``); an unknown id raises ``KeyError``.
     """
-    check_id(question)
+    if not questions:
+        raise TypeError("quiz.reveal() needs the id of the quiz whose answer the block shows, e.g. "
+                        'quiz.reveal("02-ten-rows-four-devices").')
+    for question in questions:
+        check_id(question)
     if passes_through():
         yield
         return
@@ -115,9 +126,10 @@ def reveal(question: str) -> Iterator[None]:
             yield
         failed = False
     finally:  # an error in the block shows the result at once, and its traceback after it
-        result = HiddenResult(question, captured)
-        if failed or question in _answered:
+        result = HiddenResult(questions, captured)
+        if failed or not result.unanswered:
             result.show()
         else:
-            _waiting.setdefault(question, []).append(result)
+            for question in result.unanswered:
+                _waiting.setdefault(question, []).append(result)
         display(result)

@@ -196,12 +196,12 @@ def _gather_without_none(outputs):
     return type(first)(*items) if hasattr(first, "_fields") else type(first)(items)
 
 
-def _train(divide_by_n: bool = False, zero_grad: bool = True):
-    def train_on_devices(model, x, y, n, steps, lr):
+def _train(divide_by_n: bool = False, zero_grad: bool = True, steps: int | None = None):
+    def train_on_devices(model, x, y, n, steps_asked, lr):
         import dpcourse
 
         dp = dpcourse.DataParallel(model, devices=dpcourse.devices(n))
-        for _ in range(steps):
+        for _ in range(steps or steps_asked):
             if zero_grad:
                 model.zero_grad()
             (examples.loss_fn(dp(x), y) / (n if divide_by_n else 1)).backward()
@@ -209,6 +209,21 @@ def _train(divide_by_n: bool = False, zero_grad: bool = True):
         return model
 
     return train_on_devices
+
+
+def _last_layer_gradients(model, x, y):
+    """Only the last Linear's weight and bias: the gradients of the others left out."""
+    return list(torch.autograd.grad(examples.loss_fn(model(x), y), list(model.parameters())[-2:]))
+
+
+def _gather_lists_as_tuples(outputs):
+    gathered = _gather_without_none(outputs)
+    return tuple(gathered) if isinstance(gathered, list) else gathered
+
+
+def _ring_averaging(tensors):
+    results, transfers = SOLUTIONS["ring_all_reduce"](tensors)
+    return [result / len(tensors) for result in results], transfers
 
 
 def _all_to_all(tensors):
@@ -361,18 +376,24 @@ def _unbiased(means, variances, counts):
 
 
 WRONG: dict[str, dict[str, Callable]] = {
-    "full_batch_gradients": {"summed loss": _sum_loss_gradients, "half the batch": _first_half_gradients},
+    "full_batch_gradients": {"summed loss": _sum_loss_gradients, "half the batch": _first_half_gradients,
+                             "the last layer's parameters only": _last_layer_gradients},
     "chunk_loss_weights": {
         "1/n (the mean of means)": lambda sizes: [1 / len(sizes)] * len(sizes),
         "the sizes themselves": lambda sizes: list(sizes),
+        "1/size, each chunk's own mean again": lambda sizes: [1 / size for size in sizes],
+        "size / number of chunks": lambda sizes: [size / len(sizes) for size in sizes],
     },
     "chunk_sizes": {
         "tensor_split instead of chunk": lambda batch, n: _sizes_of(torch.arange(batch).tensor_split(n)),
         "always n chunks": lambda batch, n: [math.ceil(batch / n)] * (n - 1) + [batch - math.ceil(batch / n) * (n - 1)],
+        "every chunk full, [2, 2, 2] for 5 rows on 4": lambda batch, n: [-(-batch // n)] * -(-batch // -(-batch // n)),
     },
     "scatter_rows": {
         "copies instead of views": lambda x, n: [chunk.clone() for chunk in x.chunk(n)],
         "tensor_split instead of chunk": lambda x, n: list(x.tensor_split(n)),
+        "n slices of ceil(rows / n), empty ones kept": lambda x, n: [
+            x[i * -(-len(x) // n):(i + 1) * -(-len(x) // n)] for i in range(n)],
     },
     "replicate_parameters": {
         "no replica-0 aliasing": lambda params, n: [[p.clone() for p in params] for _ in range(n)],
@@ -383,6 +404,8 @@ WRONG: dict[str, dict[str, Callable]] = {
         "n copies instead of n - 1": lambda model, n: n * sum(
             t.numel() * t.element_size() for t in [*model.parameters(), *model.buffers()]),
         "parameters only": lambda model, n: (n - 1) * sum(p.numel() * p.element_size() for p in model.parameters()),
+        "4 bytes per value whatever the dtype": lambda model, n: (n - 1) * 4 * sum(
+            t.numel() for t in [*model.parameters(), *model.buffers()]),
     },
     "run_replicas": {
         "a loop in the caller's thread": lambda fs, xs: [f(x) for f, x in zip(fs, xs, strict=True)],
@@ -403,43 +426,59 @@ WRONG: dict[str, dict[str, Callable]] = {
     "gather_structure": {
         "namedtuples become tuples": _gather_without_namedtuples,
         "None not handled": _gather_without_none,
+        "lists become tuples": _gather_lists_as_tuples,
     },
     "reduce_add": {
         "averaging instead of summing": lambda grads: [torch.stack(same).mean(0) for same in zip(*grads, strict=True)],
         "replica 0's gradients only": lambda grads: list(grads[0]),
+        "the last replica's gradients only": lambda grads: list(grads[-1]),
+        "summed over parameters instead of replicas": lambda grads: [torch.stack([g.sum() for g in replica]).sum()
+                                                                    for replica in grads],
     },
     "split_gradient": {
         "gradients sent to the wrong replica": lambda grad, sizes: list(grad.split(sizes[::-1]))[::-1],
         "torch.chunk instead of the recorded sizes": lambda grad, sizes: list(grad.chunk(len(sizes))),
+        "tensor_split into as many pieces": lambda grad, sizes: list(grad.tensor_split(len(sizes))),
     },
     "sample_weights": {
         "1/B for every sample": lambda batch, n: torch.full((batch,), 1 / batch),
         "n devices instead of n chunks": lambda batch, n: torch.tensor(
             [1 / (n * len(c)) for c in torch.arange(batch).chunk(n) for _ in range(len(c))]),
+        "1/b, the chunk means summed": lambda batch, n: torch.tensor(
+            [1 / len(c) for c in torch.arange(batch).chunk(n) for _ in range(len(c))]),
     },
     "train_on_devices": {
         "gradients never zeroed": _train(zero_grad=False),
         "loss divided by n (averaging)": _train(divide_by_n=True),
+        "one step whatever `steps` says": _train(steps=1),
     },
     "bare_state_dict": {
         "prefix kept": lambda state: dict(state),
         "str.replace removes every 'module.'": lambda state: {k.replace("module.", ""): v for k, v in state.items()},
+        "lstrip('module.') strips characters, not a prefix": lambda state: {k.lstrip("module."): v
+                                                                           for k, v in state.items()},
     },
     "per_sample_loss": {
         "the per-replica mean": lambda output, target: nn.functional.cross_entropy(output, target),
         "the per-replica sum": lambda output, target: nn.functional.cross_entropy(output, target, reduction="sum"),
+        "nll_loss on the raw scores (log_softmax forgotten)": lambda output, target: nn.functional.nll_loss(
+            output, target, reduction="none"),
     },
     "bytes_per_step": {
         "n copies instead of n - 1": lambda p, n: {"replicate": n * p, "reduce-add": n * p},
         "reduce-add forgotten": lambda p, n: {"replicate": (n - 1) * p},
+        "a ring's volume, 2(n - 1)/n": lambda p, n: {"replicate": (n - 1) * p // n, "reduce-add": (n - 1) * p // n},
     },
     "ring_all_reduce": {
         "everyone sends everything": _all_to_all,
         "reduce-scatter only": _reduce_scatter_only,
+        "averages instead of summing": _ring_averaging,
     },
     "distributed_indices": {
         "no padding": lambda batch, rank, world: list(range(rank, batch, world)),
         "contiguous blocks": lambda batch, rank, world: torch.arange(batch).tensor_split(world)[rank].tolist(),
+        "padded with the last sample": lambda batch, rank, world: (
+            list(range(batch)) + [batch - 1] * (-batch % world))[rank::world],
     },
     "epoch_indices": {
         "set_epoch forgotten": lambda samples, rank, world, epoch, seed: _shuffled(samples, rank, world, seed),
@@ -458,6 +497,7 @@ WRONG: dict[str, dict[str, Callable]] = {
     "scalar_output_shape": {
         "one element per device": lambda batch, n: () if n == 1 else (n,),
         "a 0-d tensor whatever n": lambda batch, n: (),
+        "one element per row": lambda batch, n: () if n == 1 else (batch,),
     },
     "loss_weights": {
         "1/K for every micro-batch": lambda sizes: [1 / len(sizes)] * len(sizes),
@@ -522,8 +562,10 @@ def _bytes(parameters) -> int:
     return sum(p.numel() * p.element_size() for p in parameters)
 
 
-def test_every_exercise_has_planted_wrong_answers() -> None:
+def test_every_exercise_has_three_or_more_planted_wrong_answers() -> None:
     assert set(WRONG) == set(NAMES)
+    few = {name: len(WRONG[name]) for name in NAMES if len(WRONG[name]) < 3}
+    assert not few, f"exercises with fewer than 3 planted mistakes: {few}"
 
 
 @pytest.mark.parametrize(("name", "mistake"), [(name, mistake) for name in WRONG for mistake in WRONG[name]])

@@ -35,6 +35,12 @@ def _weights_judge(case: Case, answer) -> str | None:
     return first_difference([size / sum(sizes) for size in sizes], answer, "weights")
 
 
+def _every_chunk_split() -> list[Case]:
+    """The chunk sizes torch.chunk gives for every batch of 1 to 16 rows on 1 to 6 devices, each split once."""
+    splits = {tuple(len(c) for c in torch.arange(batch).chunk(n)) for batch in range(1, 17) for n in range(1, 7)}
+    return [Case(f"chunks {list(sizes)}", (list(sizes),)) for sizes in sorted(splits)]
+
+
 register(Exercise(
     name="chunk_loss_weights",
     task="Write chunk_loss_weights(sizes): one weight per chunk, so that the weighted sum of the chunks' mean "
@@ -47,4 +53,5 @@ register(Exercise(
         Case("one chunk of 7", ([7],)),
     ],
     judge=_weights_judge,
+    generated=_every_chunk_split,
 ))

@@ -76,6 +76,11 @@ def _rows(batch: int, features: int, seed: int) -> torch.Tensor:
     return torch.randn(batch, features, generator=torch.Generator().manual_seed(seed))
 
 
+def _every_batch_up_to_12_on_up_to_6_devices() -> list[Case]:
+    return [Case(f"{batch} rows on {n} devices", (_rows(batch, 2, batch), n)) for batch in range(1, 13)
+            for n in range(1, 7)]
+
+
 register(Exercise(
     name="scatter_rows",
     task="Write scatter_rows(x, n): the chunks torch.chunk would give, as views of x (no copies), "
@@ -87,4 +92,5 @@ register(Exercise(
         Case("1 row on 3 devices", (_rows(1, 4, 3), 3)),
     ],
     judge=_views_judge,
+    generated=_every_batch_up_to_12_on_up_to_6_devices,
 ))

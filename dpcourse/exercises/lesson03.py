@@ -57,6 +57,17 @@ def _replicate_bytes(model: torch.nn.Module, n: int) -> int:
     return (n - 1) * sum(t.numel() * t.element_size() for t in tensors)
 
 
+def _models_on_up_to_6_devices() -> list[Case]:
+    models = {
+        "Linear(3, 2)": lambda: torch.nn.Linear(3, 2),
+        "float64 Linear(5, 1)": lambda: torch.nn.Linear(5, 1).double(),
+        "Linear(4, 4) without bias": lambda: torch.nn.Linear(4, 4, bias=False),
+        "BatchNorm1d(6)": lambda: torch.nn.BatchNorm1d(6),
+        "float16 Embedding(10, 3)": lambda: torch.nn.Embedding(10, 3).half(),
+    }
+    return [Case(f"{name} on {n} devices", (make(), n)) for name, make in models.items() for n in range(1, 7)]
+
+
 register(Exercise(
     name="replicate_bytes",
     task="Write replicate_bytes(model, n): how many bytes replicating `model` onto n devices copies "
@@ -69,4 +80,5 @@ register(Exercise(
              "buffers are copied too: running_mean, running_var and the int64 num_batches_tracked"),
     ],
     judge=equals(_replicate_bytes),
+    generated=_models_on_up_to_6_devices,
 ))

@@ -21,6 +21,14 @@ def _reduce_add(grads_per_replica: list[list[torch.Tensor]]) -> list[torch.Tenso
     return [torch.stack(same_parameter).sum(0) for same_parameter in zip(*grads_per_replica, strict=True)]
 
 
+def _random_replica_gradients() -> list[Case]:
+    """1 to 5 replicas of 1 to 3 parameters of assorted shapes, seeded."""
+    shapes = [(2,), (3, 1), (1,), (2, 2), (4,)]
+    return [Case(f"{replicas} replicas, {count} parameters",
+                 (_grads(10 * replicas + count, replicas, *shapes[:count]),))
+            for replicas in range(1, 6) for count in range(1, 4)]
+
+
 register(Exercise(
     name="reduce_add",
     task="Write reduce_add(grads_per_replica): grads_per_replica[r][j] is replica r's gradient of parameter j; "
@@ -33,11 +41,23 @@ register(Exercise(
         Case("1 replica", (_grads(2, 1, (5,)),)),
     ],
     judge=equals(_reduce_add),
+    generated=_random_replica_gradients,
 ))
 
 
 def _rows(seed: int, batch: int) -> torch.Tensor:
     return torch.randn(batch, 3, generator=torch.Generator().manual_seed(seed))
+
+
+def _random_sizes() -> list[Case]:
+    """40 lists of 1 to 5 output sizes (0 to 4 rows each, at least one row in all), seeded."""
+    generator = torch.Generator().manual_seed(6)
+    cases = []
+    while len(cases) < 40:
+        sizes = torch.randint(0, 5, (int(torch.randint(1, 6, (1,), generator=generator)),), generator=generator)
+        if sizes.sum() > 0:
+            cases.append(Case(f"sizes {sizes.tolist()}", (_rows(len(cases), int(sizes.sum())), sizes.tolist())))
+    return cases
 
 
 register(Exercise(
@@ -55,6 +75,7 @@ register(Exercise(
         Case("4 rows, one replica", (_rows(4, 4), [4])),
     ],
     judge=equals(lambda grad, sizes: list(grad.split(sizes))),
+    generated=_random_sizes,
 ))
 
 
@@ -72,6 +93,10 @@ def _sample_weights(batch: int, n: int) -> torch.Tensor:
     return per_sample.grad
 
 
+def _every_batch_up_to_12_on_up_to_5_devices() -> list[Case]:
+    return [Case(f"{batch} rows on {n} devices", (batch, n)) for batch in range(1, 13) for n in range(1, 6)]
+
+
 register(Exercise(
     name="sample_weights",
     task="Write sample_weights(batch, n): a tensor with the weight each sample's loss gets when n replicas "
@@ -84,4 +109,5 @@ register(Exercise(
         Case("6 rows on 4 devices", (6, 4), "N counts the chunks, not the devices: 6 rows make 3 chunks"),
     ],
     judge=equals(_sample_weights),
+    generated=_every_batch_up_to_12_on_up_to_5_devices,
 ))

@@ -8,6 +8,10 @@ def _bytes_per_step(parameter_bytes: int, n: int) -> dict[str, int]:
     return {"replicate": (n - 1) * parameter_bytes, "reduce-add": (n - 1) * parameter_bytes}
 
 
+def _sizes_on_up_to_8_devices() -> list[Case]:
+    return [Case(f"{p} bytes on {n} devices", (p, n)) for p in (1, 4, 1000, 3 * 2**20) for n in range(1, 9)]
+
+
 register(Exercise(
     name="bytes_per_step",
     task="Write bytes_per_step(parameter_bytes, n): a dict with the bytes one training step copies out to the "
@@ -21,4 +25,5 @@ register(Exercise(
         Case("a 100 MB model on 8 GPUs", (100_000_000, 8)),
     ],
     judge=equals(_bytes_per_step),
+    generated=_sizes_on_up_to_8_devices,
 ))

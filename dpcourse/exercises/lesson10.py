@@ -50,6 +50,11 @@ def _distributed_indices(batch: int, rank: int, world: int) -> list[int]:
     return list(DistributedSampler(range(batch), num_replicas=world, rank=rank, shuffle=False))
 
 
+def _every_rank_of_up_to_5() -> list[Case]:
+    return [Case(f"{batch} samples, rank {rank} of {world}", (batch, rank, world)) for batch in range(1, 14)
+            for world in range(1, 6) for rank in range(world)]
+
+
 register(Exercise(
     name="distributed_indices",
     task="Write distributed_indices(batch, rank, world): the sample indices DistributedSampler(shuffle=False) "
@@ -62,4 +67,5 @@ register(Exercise(
         Case("2 samples, rank 3 of 4", (2, 3, 4), "padding can repeat the data set more than once"),
     ],
     judge=equals(_distributed_indices),
+    generated=_every_rank_of_up_to_5,
 ))

@@ -23,6 +23,10 @@ def _scalar_output_shape(batch: int, n: int) -> tuple[int, ...]:
         return tuple(DataParallel(_MeanOf(), devices=devices(n))(torch.ones(batch, 2)).shape)
 
 
+def _every_batch_up_to_10_on_up_to_5_devices() -> list[Case]:
+    return [Case(f"{batch} rows on {n} devices", (batch, n)) for batch in range(1, 11) for n in range(1, 6)]
+
+
 register(Exercise(
     name="scalar_output_shape",
     task="Write scalar_output_shape(batch, n): the shape, as a tuple, of dp(x) when x has `batch` rows, dp runs "
@@ -34,6 +38,7 @@ register(Exercise(
         Case("8 rows on 1 device", (8, 1), "with one device DataParallel calls the module itself: nothing is gathered"),
     ],
     judge=equals(_scalar_output_shape),
+    generated=_every_batch_up_to_10_on_up_to_5_devices,
 ))
 
 

@@ -26,6 +26,13 @@ def _weights_judge(case: Case, answer) -> str | None:
     return None
 
 
+def _every_micro_batching() -> list[Case]:
+    """Every batch of 1 to 20 rows cut into micro-batches of 1 to 8 rows, the last one shorter, each once."""
+    splits = {tuple(len(c) for c in torch.arange(batch).split(micro))
+              for batch in range(1, 21) for micro in range(1, 9)}
+    return [Case(f"micro-batches {list(sizes)}", (list(sizes),)) for sizes in sorted(splits)]
+
+
 register(Exercise(
     name="loss_weights",
     task="Write loss_weights(sizes): sizes[k] is the number of rows of micro-batch k, and each micro-batch's loss "
@@ -39,6 +46,7 @@ register(Exercise(
         Case("3, 3, 3, 1", ([3, 3, 3, 1],)),
     ],
     judge=_weights_judge,
+    generated=_every_micro_batching,
 ))
 
 

@@ -27,6 +27,14 @@ def _parameters(module: nn.Module) -> list[torch.Tensor]:
     return list(module.parameters())
 
 
+def _shapes_dtypes_and_optimizers() -> list[Case]:
+    layers = {"Linear(4, 3)": lambda: nn.Linear(4, 3), "Linear(5, 2) without bias": lambda: nn.Linear(5, 2, bias=False),
+              "float64 Linear(2, 2)": lambda: nn.Linear(2, 2).double(), "two Linear layers":
+              lambda: nn.Sequential(nn.Linear(3, 4), nn.Linear(4, 1)), "BatchNorm1d(3)": lambda: nn.BatchNorm1d(3)}
+    return [Case(f"{name}, {optimizer}", (_parameters(make()), optimizer)) for name, make in layers.items()
+            for optimizer in memory.OPTIMIZERS]
+
+
 register(Exercise(
     name="optimizer_state_bytes",
     task="Write optimizer_state_bytes(parameters, optimizer): the bytes torch's optimizer ('SGD', 'SGD with "
@@ -41,6 +49,7 @@ register(Exercise(
              "a buffer has its parameter's dtype: numel() * element_size() bytes; the step counter stays float32"),
     ],
     judge=equals(_optimizer_state_bytes),
+    generated=_shapes_dtypes_and_optimizers,
 ))
 
 

@@ -76,6 +76,14 @@ def _scale_judge(case: Case, answer) -> str | None:
     return first_difference([float(expected[0]), expected[1]], [float(answer[0]), answer[1]], "(scale, good_steps)")
 
 
+def _every_scaler_state() -> list[Case]:
+    """Overflow or not, every count of good steps below the interval, intervals 1 to 4, three scales."""
+    return [Case(f"scale {scale:g}, {'an overflow' if inf else 'a good step'}, {good} of {interval}",
+                 (scale, inf, good, interval))
+            for scale in (1.0, 1024.0, 2.0**16) for inf in (False, True) for interval in range(1, 5)
+            for good in range(interval)]
+
+
 register(Exercise(
     name="next_scale",
     task="Write next_scale(scale, found_inf, good_steps, growth_interval): what GradScaler.update() does with its "
@@ -90,4 +98,5 @@ register(Exercise(
         Case("the 2000th good step", (2.0**16, False, 1999, 2000)),
     ],
     judge=_scale_judge,
+    generated=_every_scaler_state,
 ))

@@ -14,6 +14,13 @@ def _epoch_indices(samples: int, rank: int, world: int, epoch: int, seed: int) -
     return list(sampler)
 
 
+def _every_rank_epoch_and_seed() -> list[Case]:
+    return [Case(f"{samples} samples, rank {rank} of {world}, epoch {epoch}, seed {seed}",
+                 (samples, rank, world, epoch, seed))
+            for samples in range(1, 12) for world in range(1, 5) for rank in range(world) for epoch in range(3)
+            for seed in (0, 7)]
+
+
 register(Exercise(
     name="epoch_indices",
     task="Write epoch_indices(samples, rank, world, epoch, seed): the sample indices DistributedSampler(shuffle=True, "
@@ -30,6 +37,7 @@ register(Exercise(
              "world-th"),
     ],
     judge=equals(_epoch_indices),
+    generated=_every_rank_epoch_and_seed,
 ))
 
 
@@ -56,6 +64,17 @@ def _stats_judge(case: Case, answer) -> str | None:
             or first_difference(variance, answer[1], "variance", atol=1e-5))
 
 
+def _random_shards() -> list[Case]:
+    """30 sets of 1 to 5 ranks with 1 to 9 samples each, seeded."""
+    generator = torch.Generator().manual_seed(17)
+    cases = []
+    for seed in range(30):
+        ranks = int(torch.randint(1, 6, (1,), generator=generator))
+        sizes = torch.randint(1, 10, (ranks,), generator=generator).tolist()
+        cases.append(_stats_case(f"{ranks} ranks, {sizes} samples", 100 + seed, sizes, "", channels=2))
+    return cases
+
+
 register(Exercise(
     name="global_batch_stats",
     task="Write global_batch_stats(means, variances, counts): means and variances are (ranks, channels), each "
@@ -70,4 +89,5 @@ register(Exercise(
                     "variance = sum_r counts_r * (variances_r + (means_r - mean)^2) / sum_r counts_r"),
     ],
     judge=_stats_judge,
+    generated=_random_shards,
 ))

@@ -1,0 +1,61 @@
+"""Lesson 21 in one start of the ranks: FSDP2, DDP with Adam, and DDP with ZeroRedundancyOptimizer, side by side.
+
+Starting ranks costs seconds, so ``tour_program`` runs everything lesson 21 shows in one ``train_on_ranks`` call.
+Each part trains its own copy of the seeded model on the same batches:
+
+* ``fsdp2``: ``fully_shard`` per layer, the default ``reshard_after_forward=True``; then saved with DCP;
+* ``kept``: the same with ``reshard_after_forward=False``;
+* ``one_unit``: ``fully_shard`` on the root only;
+* ``mixed``: one step under a bfloat16 ``MixedPrecisionPolicy``;
+* ``ddp`` and ``zero``: DDP with a plain Adam, and with ``ZeroRedundancyOptimizer(Adam)``.
+
+The program returns FSDP2's full parameters as ``parameters`` (what ``train_on_ranks`` compares), the rest
+by part.
+"""
+
+import copy
+from pathlib import Path
+
+from torch import nn
+
+from . import checkpoint_sharded, fsdp2, ranks, zero_optimizer
+
+WORLD_SIZE = 3  # the course's model's last layer has 4 rows: on 3 ranks, chunks of 2, 2 and 0
+STEPS = 4  # the checkpoint is written after step 3, and step 4 runs again after loading it
+
+
+def tour_program(model: nn.Module, batches: list, lr: float, directory: str) -> dict:
+    """Every part above, on copies of ``model``. The FSDP2 run is saved to ``directory`` (a sharded checkpoint)
+    before its last step, so that a resumed run can be compared with it."""
+    untouched = copy.deepcopy(model)
+    parts = {
+        "kept": fsdp2.fsdp2_program(copy.deepcopy(untouched), batches, lr, reshard_after_forward=False),
+        "one_unit": fsdp2.fsdp2_program(copy.deepcopy(untouched), batches, lr, per_layer=False),
+        "mixed": fsdp2.mixed_precision_step(copy.deepcopy(untouched), *batches[0]),
+        "ddp": zero_optimizer.ddp_adam_program(copy.deepcopy(untouched), batches, lr),
+        "zero": zero_optimizer.zero_program(copy.deepcopy(untouched), batches, lr),
+    }
+
+    def save_then_last_step(model: nn.Module, optimizer) -> dict:
+        checkpoint_sharded.save(model, optimizer, directory)
+        keys = checkpoint_sharded.full_state_dict_keys(model)
+        fsdp2.watched_step(model, optimizer, *batches[-1])
+        return {"full_state_dict_keys": keys}
+
+    return {**fsdp2.fsdp2_program(model, batches[:-1], lr, then=save_then_last_step), **parts}
+
+
+def tour(directory: str | Path, world_size: int = WORLD_SIZE, steps: int = STEPS) -> list[dict]:
+    """``tour_program`` on ``world_size`` ranks, ``steps`` steps of the course's data; per rank, its results."""
+    return ranks.train_on_ranks(tour_program, world_size, steps=steps, extra={"directory": str(directory)})
+
+
+def resume(directory: str | Path, world_size: int = 2, steps: int = STEPS) -> list[dict]:
+    """Load the tour's checkpoint on ``world_size`` ranks and train its last step (``resume_program``)."""
+    return ranks.train_on_ranks(checkpoint_sharded.resume_program, world_size, steps=steps,
+                                extra={"directory": str(directory), "trained": steps - 1})
+
+
+def runs(results: list[dict], part: str) -> list[dict]:
+    """One part's results on every rank, in the shape ``ranks.first_difference`` reads."""
+    return [result[part] for result in results]

@@ -242,26 +242,38 @@ def _judge_data_parallel(case: Case, answer: Any) -> str | None:
         ("BatchNorm running statistics", list(reference.buffers()), list(mine.buffers())),
         ("rows per replica forward", sorted(r for r, _ in reference.seen), sorted(r for r, _ in mine.seen)),
     ]
+    if any(p.grad is None for p in mine.parameters()):
+        return ("the module's parameters got no gradient: the replicas are cut off from them. Make the replicas' "
+                "parameters with your Broadcast (copies autograd connects to the originals), not copy.deepcopy")
     for what, want, got in checks:
         if (difference := first_difference(want, got, what, atol=1e-4)):  # sums in another order differ by ~1e-5
-            return difference
+            return f"{difference}. {_WHERE_TO_LOOK[what]}"
     threads = {t for _, t in mine.seen}
     if len(mine.seen) > 1 and (len(threads) != len(mine.seen) or threading.current_thread().name in threads):
-        return f"{len(mine.seen)} replica forwards ran in {len(threads)} thread(s): each replica needs its own"
+        return (f"{len(mine.seen)} replica forwards ran in {len(threads)} thread(s): each replica needs its own. "
+                f"{_WHERE_TO_LOOK['threads']}")
     return None
+
+
+# What a difference in each checked quantity points to: the hint follows the failure, not the case.
+_WHERE_TO_LOOK = {
+    "output": "Look at scatter and gather: chunks in order (chunk i to replica i), concatenated back in that order",
+    "gradients": "Look at Broadcast.backward: each parameter's gradient is the sum of its copies' gradients "
+                 "(never their mean), and the scatter's chunks must reach the replicas in order",
+    "BatchNorm running statistics": "Look at replicate: replica 0 must use the module's own buffers (not copies), "
+                                    "so that its forward updates the statistics the module keeps",
+    "rows per replica forward": "Look at scatter: torch.chunk's rule, chunks of ceil(rows / n), and no replica "
+                                "for a device that gets no chunk",
+    "threads": "Look at parallel_apply: start one thread per replica, then join them all",
+}
 
 
 def _data_parallel_cases() -> list[Case]:
     cases = []
-    for batch, n, hint in [
-        (8, 1, "one device: the whole batch in one forward"),
-        (10, 2, "gradients are summed over the replicas, never averaged"),
-        (8, 3, "chunks of 3, 3, 2 rows; replica 0's BatchNorm statistics are the ones kept"),
-        (6, 4, "6 rows on 4 devices run 3 replicas of 2 rows"),
-    ]:
+    for batch, n in [(8, 1), (10, 2), (8, 3), (6, 4)]:  # the hints come from the judge: what differed, where to look
         mine, reference = CapstoneModel(), CapstoneModel()
         x = torch.randn(batch, 3, generator=torch.Generator().manual_seed(batch))
-        cases.append(Case(f"{batch} rows on {_count(n, 'CPU device')}", (mine, x, n), hint, {"reference": reference}))
+        cases.append(Case(f"{batch} rows on {_count(n, 'CPU device')}", (mine, x, n), "", {"reference": reference}))
     return cases
 
 

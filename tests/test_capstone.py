@@ -142,3 +142,17 @@ def test_a_failing_case_shows_one_line_and_a_hint_not_a_traceback():
     text = repr(report)
     assert "raised ZeroDivisionError: division by zero" in text and "hint:" in text and "Traceback" not in text
     assert "<table>" in report._repr_html_()
+
+
+@pytest.mark.parametrize(("mistake", "pointer"), [
+    ("no replica-0 aliasing of buffers", "Look at replicate"),
+    ("gradients sent to the wrong replica", "Look at scatter and gather"),
+    ("deep copies instead of replicas", "not copy.deepcopy"),
+    ("no threads", "Look at parallel_apply"),
+])
+def test_the_whole_step_points_to_the_piece_that_broke(mistake, pointer):
+    """The walkthrough's BatchNorm-buffer bug got "gradients are summed, never averaged": hints follow failures."""
+    report = checked("capstone_data_parallel", PLANTED[mistake][0])
+    failed = [outcome.detail for outcome in report.outcomes if outcome.verdict == "failed"]
+    assert failed and all(pointer in detail for detail in failed), failed
+    assert "never averaged" not in " ".join(failed) or pointer == "Look at Broadcast"

@@ -1,0 +1,41 @@
+"""All-gather and reduce-scatter as rings of point-to-point messages: the two halves of lesson 13's ring all-reduce.
+
+gloo runs ``dist.all_gather`` and ``dist.reduce_scatter`` inside the backend, where ``ddp.traffic.counted`` sees
+that they were called but not what they sent. Written with ``dist.isend`` and ``dist.recv``, as
+``ddp.allreduce.ring_all_reduce`` is, every byte goes through the process group's ``send`` and ``recv``, and
+``counted`` counts it. Both take one piece per rank, of one size, as the collectives do:
+
+* ``all_gather(pieces, mine)``: afterwards ``pieces[r]`` holds rank ``r``'s ``mine`` on every rank. Each of the
+  ``n - 1`` steps passes one piece to the right: every rank sends ``(n - 1)`` pieces.
+* ``reduce_scatter(out, pieces)``: afterwards ``out`` holds the sum over the ranks of their ``pieces[rank]``.
+  Each step passes one partial sum to the right and adds the one arriving from the left: ``(n - 1)`` pieces.
+
+So a ring all-reduce, a reduce-scatter then an all-gather, sends ``2 (n - 1)`` pieces, and ZeRO-3's two
+all-gathers and one reduce-scatter per layer send ``3 (n - 1)``: 1.5 times as many.
+"""
+
+import torch
+import torch.distributed as dist
+
+from ..ddp.allreduce import _exchange
+
+
+def all_gather(pieces: list[torch.Tensor], mine: torch.Tensor) -> None:
+    """Every rank's ``mine`` into ``pieces``, in rank order, around a ring; returns ``None`` (done, no work)."""
+    rank, n = dist.get_rank(), dist.get_world_size()
+    right, left = (rank + 1) % n, (rank - 1) % n
+    pieces[rank].copy_(mine)
+    for step in range(n - 1):  # pass on the piece that arrived last step: after n - 1 steps all have arrived
+        _exchange(pieces[(rank - step) % n], pieces[(rank - step - 1) % n], right, left, None)
+
+
+def reduce_scatter(out: torch.Tensor, pieces: list[torch.Tensor]) -> None:
+    """The sum over the ranks of their ``pieces[rank]`` into ``out``, around a ring; ``pieces`` are working space."""
+    rank, n = dist.get_rank(), dist.get_world_size()
+    right, left = (rank + 1) % n, (rank - 1) % n
+    for step in range(n - 1):  # lesson 13's reduce-scatter phase, one piece earlier: it ends on piece ``rank``
+        arriving = pieces[(rank - step - 2) % n]
+        incoming = torch.empty_like(arriving)
+        _exchange(pieces[(rank - step - 1) % n], incoming, right, left, None)
+        arriving += incoming
+    out.copy_(pieces[rank])

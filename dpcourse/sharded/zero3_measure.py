@@ -1,0 +1,129 @@
+"""ZeRO-3 next to DDP on the same ranks: memory per rank over a step, bytes on the wire, and the learner's checks.
+
+``compare`` is a training program for ``sharded.ranks.train_on_ranks`` that trains the same model several ways
+in one launch of the ranks (starting ranks costs seconds): DDP, ZeRO-3, ZeRO-3 with prefetch, ZeRO-3 without
+resharding. Every way runs its collectives as rings of point-to-point messages (``sharded.rings``,
+``ddp.allreduce.ring_all_reduce``), so that ``ddp.traffic.counted`` counts every byte sent. The last step of
+each way runs under lesson 15's profiler (``memory.peak.allocations``): every allocation and free, in order,
+on top of what the rank held when the step began (``memory.accounting.storage_bytes`` of its parameters or
+shards, Adam's state and its batch).
+
+``bytes_per_step`` is the same count as a formula, which lesson 20's exercise asks for.
+"""
+
+import copy
+import itertools
+import math
+from collections.abc import Callable, Sequence
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn.utils import parameters_to_vector, vector_to_parameters
+from torch.profiler import record_function
+
+from ..ddp.allreduce import ring_all_reduce
+from ..ddp.by_source import SourceFunction
+from ..ddp.lesson import loss_fn
+from ..ddp.traffic import counted
+from ..memory.accounting import state_tensors, storage_bytes
+from ..memory.peak import allocations
+from . import zero3
+from .zero1 import shard_range
+
+WAYS = {"DDP": {}, "ZeRO-3": {}, "ZeRO-3, prefetch": {"prefetch": True}, "ZeRO-3, no reshard": {"reshard": False}}
+
+
+def bytes_per_step(numels: Sequence[int], world_size: int, reshard: bool = True, element_size: int = 4) -> int:
+    """Bytes one rank sends in one ZeRO-3 step with ring collectives, for layers of ``numels`` parameters.
+
+    Per layer, every collective sends ``n - 1`` pieces of ``ceil(numel / n)`` numbers (the padded shard): an
+    all-gather before forward, another before backward if ``reshard``, and the reduce-scatter of the gradient.
+    """
+    if world_size == 1:
+        return 0
+    collectives = 3 if reshard else 2
+    return sum(collectives * (world_size - 1) * math.ceil(numel / world_size) * element_size for numel in numels)
+
+
+def _step(forward: Callable, optimizer: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor,
+          after_backward: Callable[[], None]) -> None:
+    with record_function("forward"):
+        output = forward(x)
+    with record_function("loss"):
+        loss = loss_fn(output, y)
+    with record_function("backward"):
+        loss.backward()
+        after_backward()
+    with record_function("optimizer step"):
+        optimizer.step()
+
+
+def _train(forward: Callable, optimizer: torch.optim.Optimizer, held: Callable[[], list[torch.Tensor]],
+           batches: list, after_backward: Callable[[], None] = lambda: None) -> dict:
+    """All steps but the last as usual; the last one profiled and its bytes sent counted."""
+    for x, y in batches[:-1]:
+        optimizer.zero_grad()
+        _step(forward, optimizer, x, y, after_backward)
+    optimizer.zero_grad()
+    x, y = batches[-1]
+    start = storage_bytes([*held(), *state_tensors(optimizer), x, y])
+    with counted() as traffic:
+        changes, phases = allocations(lambda: _step(forward, optimizer, x, y, after_backward))
+    return {"start": start, "allocated": list(itertools.accumulate(changes, initial=start))[1:], "phases": phases,
+            "step_sent": traffic.sent}
+
+
+def _ddp(model: nn.Module, batches: list, lr: float) -> dict:
+    parameters = list(model.parameters())
+    optimizer = torch.optim.Adam(parameters, lr=lr)
+
+    def average_gradients() -> None:  # DDP's all-reduce, on one flat vector, around a ring
+        flat = parameters_to_vector(p.grad for p in parameters)
+        ring_all_reduce(flat)
+        vector_to_parameters(flat / dist.get_world_size(), [p.grad for p in parameters])
+
+    run = _train(model, optimizer, lambda: parameters, batches, average_gradients)
+    return {**run, "parameters": [p.detach().clone() for p in parameters]}
+
+
+def _zero3(model: nn.Sequential, batches: list, lr: float, **options) -> dict:
+    sharded = zero3.Zero3(model, ring=True, **options)
+    optimizer = torch.optim.Adam(sharded.shards(), lr=lr)
+    run = _train(sharded, optimizer, sharded.shards, batches)
+    return {**run, "parameters": sharded.parameters()}
+
+
+def compare(model: nn.Sequential, batches: list, lr: float, ways: Sequence[str] = tuple(WAYS)) -> dict:
+    """Train a copy of ``model`` each way of ``WAYS``; per way, what ``_train`` measured and the parameters.
+
+    The runner's own ``parameters`` are ZeRO-3's (the first ZeRO-3 way's), to check against one device."""
+    results = {way: (_ddp if way == "DDP" else _zero3)(copy.deepcopy(model), batches, lr, **WAYS[way])
+               for way in ways}
+    return {"ways": results, "parameters": results[next(w for w in ways if w != "DDP")]["parameters"]}
+
+
+def _rebuilt(function: SourceFunction | None) -> Callable | None:
+    return function.rebuild() if isinstance(function, SourceFunction) else function
+
+
+def learners(model: nn.Sequential, batches: list, lr: float, gather: SourceFunction | None = None,
+             scatter: SourceFunction | None = None) -> dict:
+    """The learner's ``gather`` or ``scatter`` (sent as source) called once on known numbers, then trained with.
+
+    The known numbers: a vector ``v = 0.5, 1.5, 2.5, ...`` of 10 numbers more than the ranks. ``gather`` gets this
+    rank's slice of it and should return ``v``; ``scatter`` gets ``(rank + 1) * v`` and should return this rank's
+    slice of its average over the ranks.
+    """
+    gather, scatter = _rebuilt(gather), _rebuilt(scatter)
+    n, rank = dist.get_world_size(), dist.get_rank()
+    known = torch.arange(n + 10, dtype=torch.float32) + 0.5
+    start, stop = shard_range(known.numel(), rank, n)
+    direct = {}
+    if gather is not None:
+        direct["gathered"] = gather(known[start:stop].clone(), known.numel())
+    if scatter is not None:
+        direct["scattered"] = scatter((rank + 1) * known)
+    trained = zero3.program(model, batches, lr, gather=gather, scatter=scatter)
+    return {**trained, "direct": {k: v.detach().cpu() if isinstance(v, torch.Tensor) else v
+                                  for k, v in direct.items()}}

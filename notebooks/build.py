@@ -53,7 +53,7 @@ from nbclient import NotebookClient
 
 from dpcourse import course
 from dpcourse.open import kernel_metadata
-from dpcourse.widgets._base import NEEDS_KERNEL
+from dpcourse.widgets._base import NEEDS_KERNEL, RUN_THIS_CELL
 
 HERE = Path(__file__).parent
 LESSON_ENVIRONMENT = runpy.run_path(str(HERE / "conftest.py"))["LESSON_ENVIRONMENT"]  # CPU devices
@@ -65,7 +65,6 @@ SOLUTION_TAG = "solution"  # a code cell holding an exercise's answer
 REVEALS_ANSWER_TAG = "reveals-answer"  # a code cell whose output gives away a quiz above it
 NBVAL_IGNORE_OUTPUT = "nbval-ignore-output"
 WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
-RUN_THIS_CELL = "<p><b>▶ Run this cell</b> to answer or explore: its buttons and sliders need the running kernel.</p>"
 CHECK_CALL = re.compile(r'exercises\.check\("(\w+)"')  # a check cell: nbgrader grades it
 DEFINES = re.compile(r"^(?:def|class) (\w+)", re.MULTILINE)
 

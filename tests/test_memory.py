@@ -176,8 +176,9 @@ BAD = [
     (lambda: MLP(classes=float("inf")), "classes must be a whole number >= 1 (outputs per sample); got inf."),
     (lambda: MLP(features=True), "features must be a whole number >= 1"),
     (lambda: Setup(optimizer="adam"), "optimizer='adam' is not one of ['SGD', 'SGD with momentum', 'Adam']."),
-    (lambda: Setup(kind="FSDP"), "kind='FSDP' is not one of ['one device', 'DataParallel', 'DDP']."),
-    (lambda: Setup(devices=2), "devices=2 with kind='one device': use kind='DataParallel' or 'DDP'."),
+    (lambda: Setup(kind="FSDP"), "kind='FSDP' is not one of ['one device', 'DataParallel', 'DDP', 'ZeRO-1', 'ZeRO-2', "
+                                  "'ZeRO-3']."),
+    (lambda: Setup(devices=2), "devices=2 with kind='one device': use kind='DataParallel', 'DDP' or a ZeRO stage."),
 ]
 
 

@@ -5,6 +5,10 @@
     print(memory.predict(setup))     # bytes per device and category, from formulas (calculator.py)
     print(memory.measure(setup))     # the same, counted on the tensors torch really holds (measure.py)
 
+``kind`` may also be a ZeRO stage, ``"ZeRO-1"``, ``"ZeRO-2"`` or ``"ZeRO-3"`` on ``devices`` ranks: ``predict`` then
+uses the formulas of ``sharding``, and ``dpcourse.sharded.memory.measure_sharded`` counts what torch's own
+implementations (``ZeroRedundancyOptimizer``, FSDP2's ``fully_shard``) hold on each rank.
+
 The categories (``CATEGORIES``): parameters, gradients, optimizer state, activations, outputs and loss, DDP's
 all-reduce buckets. ``accounting`` says what each one is and how it is counted; ``timeline`` asks torch's
 profiler, and ``cuda_peaks`` ``torch.cuda.max_memory_allocated`` on GPUs, for the allocator's real peak
@@ -12,11 +16,11 @@ profiler, and ``cuda_peaks`` ``torch.cuda.max_memory_allocated`` on GPUs, for th
 """
 
 from ..examples import loss_fn
-from .accounting import CATEGORIES, MIB, Breakdown, SavedTensors, state_tensors, storage_bytes
+from .accounting import CATEGORIES, MIB, Breakdown, SavedTensors, local, state_tensors, storage_bytes
 from .calculator import chunk_sizes, optimizer_state_bytes, predict
 from .measure import CountingDataParallel, copies_and_gradients, measure
 from .peak import Timeline, cuda_peaks, timeline
-from .workload import KINDS, MLP, OPTIMIZERS, Setup, make_optimizer
+from .workload import KINDS, MLP, OPTIMIZERS, SHARDED, Setup, make_optimizer, optimizer_class
 
 __all__ = [
     "CATEGORIES",
@@ -24,6 +28,7 @@ __all__ = [
     "MIB",
     "MLP",
     "OPTIMIZERS",
+    "SHARDED",
     "Breakdown",
     "CountingDataParallel",
     "SavedTensors",
@@ -32,9 +37,11 @@ __all__ = [
     "chunk_sizes",
     "copies_and_gradients",
     "cuda_peaks",
+    "local",
     "loss_fn",
     "make_optimizer",
     "measure",
+    "optimizer_class",
     "optimizer_state_bytes",
     "predict",
     "state_tensors",

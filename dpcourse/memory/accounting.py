@@ -12,24 +12,46 @@ A training step needs, on each device:
   targets). Under DataParallel all of it is on device 0, where the outputs are gathered;
 * **all-reduce buckets**: DDP's flat buffers, in which it all-reduces the gradients.
 
+The ZeRO stages shard some of these over the ranks (``dpcourse.memory.sharding`` says how, and what each rank
+holds while a layer runs); a rank's piece of a ``DTensor`` is counted by ``local``.
+
 Each kind is counted at its largest during the step, and the total is their sum: what the device must hold,
 kind by kind. The allocator's real peak differs by what is short-lived (see ``peak``).
 """
 
 import dataclasses
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 import torch
+from torch.distributed.tensor import DTensor
 
-from .workload import Setup
+from .workload import RANKS, Setup
 
 CATEGORIES = ("parameters", "gradients", "optimizer state", "activations", "outputs and loss", "all-reduce buckets")
 MIB = 2**20
 
 
+def local(tensor: torch.Tensor) -> torch.Tensor:
+    """What this rank holds of ``tensor``: a ``DTensor``'s local shard (``to_local()``), any other tensor itself.
+
+    FSDP2's parameters, their gradients and the optimizer state built from them are DTensors
+    (``torch/distributed/tensor``): one logical tensor whose pieces live on the ranks of a device mesh.
+    """
+    return tensor.to_local() if isinstance(tensor, DTensor) else tensor
+
+
+def _pointers(tensors: Iterable[torch.Tensor]) -> set[int]:
+    return {local(t).untyped_storage().data_ptr() for t in tensors}
+
+
 def storage_bytes(tensors: Iterable[torch.Tensor | None]) -> int:
-    """Bytes of the memory behind ``tensors``, each storage once: views of one buffer count as that buffer."""
-    storages = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in tensors if t is not None}
+    """Bytes of the memory behind ``tensors``, each storage once: views of one buffer count as that buffer.
+
+    A DTensor counts the storage of its local shard, padding included: FSDP2 keeps each rank's shard in a buffer
+    of ceil(rows / ranks) rows (``torch/distributed/fsdp/_fully_shard/_fsdp_param.py``).
+    """
+    held = [local(t) for t in tensors if t is not None]
+    storages = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in held}
     return sum(storages.values())
 
 
@@ -44,18 +66,24 @@ class SavedTensors:
 
     Uses ``torch.autograd.graph.saved_tensors_hooks``: the pack hook sees every tensor an operation saves
     (``nn.Linear`` saves its input and its weight, ``ReLU`` its output). Tensors whose memory belongs to
-    ``exclude`` (the parameters) are left out: they are counted as parameters. A saved view counts its own
-    bytes, not its whole buffer's: a chunk of the batch is what its device would hold. The hooks are per thread,
-    so a recorder counts the thread that enters it. ``add(tensor)`` counts a tensor the caller keeps.
+    ``exclude`` (the parameters) are left out: they are counted as parameters. ``exclude`` may also be a
+    function, asked at every save: FSDP's full parameters exist only while their layer runs, and the memory of a
+    freed one may hold an activation a moment later. A saved view counts its own bytes, not its whole buffer's:
+    a chunk of the batch is what its device would hold. The hooks are per thread, so a recorder counts the
+    thread that enters it. ``add(tensor)`` counts a tensor the caller keeps.
     """
 
-    def __init__(self, exclude: Iterable[torch.Tensor] = ()) -> None:
-        self._excluded = {t.untyped_storage().data_ptr() for t in exclude}
+    def __init__(self, exclude: Iterable[torch.Tensor] | Callable[[], Iterable[torch.Tensor]] = ()) -> None:
+        if callable(exclude):
+            self._excluded = lambda: _pointers(exclude())
+        else:
+            fixed = _pointers(exclude)  # read now: the caller may pass a generator
+            self._excluded = lambda: fixed
         self._seen: dict[tuple, int] = {}
         self._hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, lambda tensor: tensor)
 
     def _pack(self, tensor: torch.Tensor) -> torch.Tensor:
-        if tensor.untyped_storage().data_ptr() not in self._excluded:
+        if tensor.untyped_storage().data_ptr() not in self._excluded():
             self.add(tensor)
         return tensor  # saved as usual: counting must not change what backward sees
 
@@ -96,7 +124,7 @@ class Breakdown:
 
     @property
     def unit(self) -> str:
-        return "rank" if self.setup.kind == "DDP" else "device"
+        return "rank" if self.setup.kind in RANKS else "device"
 
     def surplus(self) -> dict[str, int]:
         """What device 0 holds beyond device 1, per category (all zero when there is no device 1)."""

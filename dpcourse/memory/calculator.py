@@ -13,6 +13,9 @@ things on real tensors, and the tests hold the two within 10% of each other. Wit
                         whole batch's, on device 0
     all-reduce buckets  DDP: P, or none with gradient_as_bucket_view=True (the gradients live in them)
 
+The ZeRO stages (``kind="ZeRO-1" | "ZeRO-2" | "ZeRO-3"``) shard parameters, gradients and optimizer state over
+the ranks: ``dpcourse.memory.sharding`` has their formulas; activations, outputs and loss are DDP's.
+
 DataParallel cuts the batch as ``torch.chunk`` does (``torch/nn/parallel/scatter_gather.py``), so with fewer
 chunks than devices the last devices hold nothing. DDP ranks each get ceil(batch / ranks) samples, as
 ``DistributedSampler`` pads the data to make the shards equal (``torch/utils/data/distributed.py``).
@@ -20,8 +23,9 @@ chunks than devices the last devices hold nothing. DDP ranks each get ceil(batch
 
 import math
 
+from . import sharding
 from .accounting import Breakdown, device_bytes
-from .workload import FLOAT, LABEL, Setup
+from .workload import FLOAT, LABEL, RANKS, SHARDED, Setup
 
 STATE_COPIES = {"SGD": 0, "SGD with momentum": 1, "Adam": 2}  # buffers the size of the parameters
 STEP_COUNTER = 4  # Adam's per-tensor float32 ``step``
@@ -34,10 +38,12 @@ def chunk_sizes(batch: int, devices: int) -> list[int]:
 
 
 def optimizer_state_bytes(setup: Setup) -> int:
-    """What ``setup.optimizer`` keeps for ``setup.model``'s parameters after its first step."""
-    parameter_bytes = setup.model.parameters * FLOAT
-    counters = setup.model.tensors * STEP_COUNTER if setup.optimizer == "Adam" else 0
-    return STATE_COPIES[setup.optimizer] * parameter_bytes + counters
+    """What ``setup.optimizer`` keeps for ``setup.model``'s parameters after its first step, on a device that keeps
+    all of it; a ZeRO rank's share of it (``sharding.state_share``) under a ZeRO stage."""
+    counter = STEP_COUNTER if setup.optimizer == "Adam" else 0
+    if setup.kind in SHARDED:
+        return sharding.state_share(setup, STATE_COPIES[setup.optimizer], counter)
+    return STATE_COPIES[setup.optimizer] * setup.model.parameters * FLOAT + setup.model.tensors * counter
 
 
 def outputs_and_loss_bytes(setup: Setup, samples: int) -> int:
@@ -54,14 +60,21 @@ def _replica(setup: Setup, samples: int, **extra: int) -> dict[str, int]:
     return device_bytes(**kinds)
 
 
+def _rank_parameters_and_gradients(setup: Setup) -> dict[str, int]:
+    if setup.kind in SHARDED:
+        return sharding.parameters_and_gradients(setup)
+    whole = setup.model.parameters * FLOAT
+    return {"parameters": whole, "gradients": whole, "all_reduce_buckets": 0 if setup.bucket_view else whole}
+
+
 def predict(setup: Setup) -> Breakdown:
     """The bytes ``setup`` needs on each device, by category, from the formulas in this module's docstring."""
     state = optimizer_state_bytes(setup)
-    if setup.kind == "DDP":
+    if setup.kind in RANKS:  # every rank alike: its own ceil(batch / n) samples
         samples = math.ceil(setup.batch / setup.devices)
-        buckets = 0 if setup.bucket_view else setup.model.parameters * FLOAT
-        rank = _replica(setup, samples, optimizer_state=state, outputs_and_loss=outputs_and_loss_bytes(setup, samples),
-                        all_reduce_buckets=buckets)
+        rank = device_bytes(**_rank_parameters_and_gradients(setup), optimizer_state=state,
+                            activations=samples * setup.model.saved_per_sample * FLOAT,
+                            outputs_and_loss=outputs_and_loss_bytes(setup, samples))
         return Breakdown(setup, [dict(rank) for _ in range(setup.devices)], "predicted")
     if setup.kind == "one device" or setup.devices == 1:  # DataParallel on one device runs the module itself
         return Breakdown(setup, [_replica(setup, setup.batch, optimizer_state=state,

@@ -15,7 +15,9 @@ from torch import nn
 
 from .. import examples
 
-KINDS = ("one device", "DataParallel", "DDP")
+KINDS = ("one device", "DataParallel", "DDP", "ZeRO-1", "ZeRO-2", "ZeRO-3")
+RANKS = ("DDP", "ZeRO-1", "ZeRO-2", "ZeRO-3")  # the kinds that run one process per device
+SHARDED = ("ZeRO-1", "ZeRO-2", "ZeRO-3")
 OPTIMIZERS = ("SGD", "SGD with momentum", "Adam")
 FLOAT = 4  # bytes per float32 value: parameters, activations and optimizer state are all float32 here
 LABEL = 8  # bytes per class label: cross_entropy's targets are int64
@@ -63,6 +65,11 @@ class MLP:
         return sum(a * b + b for a, b in itertools.pairwise(self.layer_sizes))
 
     @property
+    def shapes(self) -> list[list[tuple[int, ...]]]:
+        """Each Linear layer's parameter shapes, ``[(out, in), (out,)]``: what a sharded rank cuts along dim 0."""
+        return [[(b, a), (b,)] for a, b in itertools.pairwise(self.layer_sizes)]
+
+    @property
     def tensors(self) -> int:
         """How many parameter tensors: a weight and a bias per layer."""
         return 2 * self.depth
@@ -83,26 +90,34 @@ class MLP:
         return x, torch.randint(0, self.classes, (samples,), generator=generator)
 
 
-def make_optimizer(name: str, parameters: Iterable[torch.Tensor]) -> torch.optim.Optimizer:
-    """One of ``OPTIMIZERS``, with ``foreach=True``: the implementation torch picks by default on GPUs
-    (``torch/optim/optimizer.py: _default_to_fused_or_foreach``), so the CPU holds what a GPU would."""
+def optimizer_class(name: str) -> tuple[type[torch.optim.Optimizer], dict]:
+    """One of ``OPTIMIZERS`` as a class and its keyword arguments, with ``foreach=True``: the implementation torch
+    picks by default on GPUs (``torch/optim/optimizer.py: _default_to_fused_or_foreach``), so the CPU holds what
+    a GPU would. ``ZeroRedundancyOptimizer`` takes the class and builds one per rank itself."""
     if name == "SGD":
-        return torch.optim.SGD(parameters, lr=0.01, foreach=True)
+        return torch.optim.SGD, {"lr": 0.01, "foreach": True}
     if name == "SGD with momentum":
-        return torch.optim.SGD(parameters, lr=0.01, momentum=0.9, foreach=True)
+        return torch.optim.SGD, {"lr": 0.01, "momentum": 0.9, "foreach": True}
     if name == "Adam":
-        return torch.optim.Adam(parameters, lr=1e-3, foreach=True)
+        return torch.optim.Adam, {"lr": 1e-3, "foreach": True}
     raise ValueError(f"optimizer={name!r} is not one of {list(OPTIMIZERS)}.")
+
+
+def make_optimizer(name: str, parameters: Iterable[torch.Tensor]) -> torch.optim.Optimizer:
+    """One of ``OPTIMIZERS`` over ``parameters`` (``optimizer_class``)."""
+    cls, options = optimizer_class(name)
+    return cls(parameters, **options)
 
 
 @dataclasses.dataclass(frozen=True)
 class Setup:
     """One training step: ``model`` on ``devices`` devices (``kind``), ``batch`` samples in all, ``optimizer``.
 
-    ``kind`` is ``"one device"``, ``"DataParallel"`` (one process, replicas on ``devices`` devices) or ``"DDP"``
-    (``devices`` processes). ``bucket_view`` is DDP's ``gradient_as_bucket_view``: the gradients then live in
-    DDP's all-reduce buckets instead of beside them. Every field is checked: a bad one raises ``ValueError``
-    naming it.
+    ``kind`` is ``"one device"``, ``"DataParallel"`` (one process, replicas on ``devices`` devices), ``"DDP"``
+    (``devices`` processes) or a ZeRO stage on ``devices`` ranks: ``"ZeRO-1"`` (optimizer state sharded),
+    ``"ZeRO-2"`` (and gradients), ``"ZeRO-3"`` (and parameters). ``bucket_view`` is DDP's
+    ``gradient_as_bucket_view`` (DDP and ZeRO-1, which runs under DDP): the gradients then live in DDP's
+    all-reduce buckets instead of beside them. Every field is checked: a bad one raises ``ValueError`` naming it.
     """
 
     kind: str = "one device"
@@ -120,8 +135,12 @@ class Setup:
         object.__setattr__(self, "devices", whole("devices", self.devices, "replicas or ranks"))
         object.__setattr__(self, "batch", whole("batch", self.batch, "samples per step, all devices together"))
         if self.kind == "one device" and self.devices != 1:
-            raise ValueError(f"devices={self.devices} with kind='one device': use kind='DataParallel' or 'DDP'.")
+            raise ValueError(f"devices={self.devices} with kind='one device': use kind='DataParallel', 'DDP' or a "
+                             f"ZeRO stage.")
         if not isinstance(self.model, MLP):
             raise ValueError(f"model must be a dpcourse.memory.MLP, got {type(self.model).__name__}.")
         if not isinstance(self.bucket_view, bool):
             raise ValueError(f"bucket_view must be True or False, got {self.bucket_view!r}.")
+        if self.bucket_view and self.kind not in ("DDP", "ZeRO-1"):
+            raise ValueError(f"bucket_view=True is DDP's gradient_as_bucket_view: kind={self.kind!r} has no DDP "
+                             f"buckets; use kind='DDP' or 'ZeRO-1', or bucket_view=False.")

@@ -1,0 +1,82 @@
+"""The ZeRO stages' bytes per rank (Rajbhandari et al., "ZeRO", 2020): what each of n ranks keeps, as formulas.
+
+With P the parameter bytes, S the optimizer state's (``optimizer_state_bytes``) and ``shard(t)`` a rank's piece
+of one tensor, per rank:
+
+    stage    parameters                   gradients                  optimizer state   all-reduce buckets
+    ZeRO-1   P                            P                          S / n             DDP's: P (0 viewed)
+    ZeRO-2   shards + every layer's full  shards + one layer's full  shards of S        none
+    ZeRO-3   shards + one layer's full    shards + one layer's full  shards of S        none
+             (gradients: the most, over the layers, of one layer's full gradients + its shards)
+
+* **shards**: each tensor is cut along its first dimension into n pieces of ceil(rows / n) rows, the last ones
+  padded with zeros, so every rank's piece has the same size: FSDP2's rule (``fully_shard``,
+  ``torch/distributed/fsdp/_fully_shard/_fsdp_param.py: FSDPParam._init_sharded_param``). ZeRO-1's S / n is a
+  flat ceil(numel / n) per rank, as lesson 18 shards it; torch's ``ZeroRedundancyOptimizer`` gives each rank whole
+  tensors instead (largest first, to the least loaded rank), so its ranks differ from S / n by up to one tensor.
+* **one layer's full parameters** (ZeRO-3): the layer that runs, all-gathered just before its forward and again
+  before its backward, freed after; the largest layer counts. ZeRO-2 as FSDP2 runs it
+  (``reshard_after_forward=False``) keeps every layer's all-gathered parameters from its forward until its
+  backward, beside the shards the optimizer updates: P + P / n at the start of backward.
+* **one layer's full gradients**: a layer's gradients exist whole from its backward until the reduce-scatter
+  that leaves this rank its shard. Backward runs the layers last to first, so while layer k's are whole, the
+  layers after it hold their shards and the layers before it nothing yet: the most, over k, of layer k's full
+  gradients + the shards of layers k+1.. (after backward: every shard).
+* **optimizer state**: every stage keeps 1/n of it; FSDP2's ranks each hold a piece of every tensor, so each keeps
+  every tensor's 4-byte Adam step counter.
+* activations, outputs and loss: as DDP's, for the rank's ceil(batch / n) samples.
+
+Not counted, here or by ``dpcourse.sharded.memory``, because no public API shows them: FSDP2's short-lived
+buffers for one layer's collectives (the all-gather output before it is copied into the parameters, the
+previous layer's all-gather that backward prefetches, the reduce-scatter's input), each about one layer's size.
+"""
+
+import math
+
+from .workload import FLOAT, Setup
+
+
+def shard_numel(shape: tuple[int, ...], ranks: int) -> int:
+    """Elements of one rank's piece of a tensor of ``shape``: ceil(rows / ranks) rows, padded (FSDP2's rule)."""
+    return math.ceil(shape[0] / ranks) * math.prod(shape[1:])
+
+
+def shards_bytes(setup: Setup) -> int:
+    """Bytes of one rank's shards of all the parameters (padding included)."""
+    return sum(shard_numel(shape, setup.devices) for layer in setup.model.shapes for shape in layer) * FLOAT
+
+
+def gathered_layer_bytes(setup: Setup) -> list[int]:
+    """Bytes of each layer's all-gathered parameters: ranks x its shards, padding included."""
+    return [setup.devices * sum(shard_numel(shape, setup.devices) for shape in layer) * FLOAT
+            for layer in setup.model.shapes]
+
+
+def full_layer_bytes(setup: Setup) -> list[int]:
+    """Bytes of each layer's full parameters, or its full gradients (no padding)."""
+    return [sum(math.prod(shape) for shape in layer) * FLOAT for layer in setup.model.shapes]
+
+
+def parameters_and_gradients(setup: Setup) -> dict[str, int]:
+    """A rank's parameter, gradient and all-reduce bucket bytes under ``setup.kind``, a ZeRO stage."""
+    whole = setup.model.parameters * FLOAT
+    if setup.kind == "ZeRO-1":
+        return {"parameters": whole, "gradients": whole, "all_reduce_buckets": 0 if setup.bucket_view else whole}
+    gathered = gathered_layer_bytes(setup)
+    held = sum(gathered) if setup.kind == "ZeRO-2" else max(gathered)
+    return {"parameters": shards_bytes(setup) + held, "gradients": gradients_at_most(setup), "all_reduce_buckets": 0}
+
+
+def gradients_at_most(setup: Setup) -> int:
+    """The most gradient bytes a ZeRO-2/3 rank holds: over the layers k, k's full gradients + the later shards."""
+    shards = [gathered // setup.devices for gathered in gathered_layer_bytes(setup)]
+    during = [full + sum(shards[k + 1 :]) for k, full in enumerate(full_layer_bytes(setup))]
+    return max([*during, sum(shards)])
+
+
+def state_share(setup: Setup, copies: int, counter: int) -> int:
+    """A rank's optimizer state, ``copies`` parameter-sized buffers and a ``counter``-byte step per tensor."""
+    if setup.kind == "ZeRO-1":
+        flat = math.ceil(setup.model.parameters / setup.devices) * FLOAT
+        return copies * flat + counter * math.ceil(setup.model.tensors / setup.devices)
+    return copies * shards_bytes(setup) + counter * setup.model.tensors

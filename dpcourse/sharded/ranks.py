@@ -32,12 +32,14 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from torch.distributed import distributed_c10d
+from torch.optim.optimizer import register_optimizer_step_post_hook
 
 from .. import examples
 from ..ddp import lesson
 from ..ddp.by_source import SourceFunction
 from ..ddp.launcher import WorkerError, device, launch
 from ..ddp.traffic import COLLECTIVES, counted
+from ..memory.accounting import state_tensors, storage_bytes
 
 # 8 inputs -> 15 -> 15 -> 4 outputs: 439 parameters, a number that 2, 3 and 4 ranks cannot split evenly.
 WIDTHS = (8, 15, 15, 4)
@@ -92,6 +94,19 @@ def _collective_sizes() -> Iterator[list[tuple[str, int]]]:
                 setattr(module, name, function)
 
 
+@contextlib.contextmanager
+def _stepped_optimizers() -> Iterator[list[torch.optim.Optimizer]]:
+    """Every optimizer that steps inside the block, once each, seen by torch's global post-step hook
+    (``torch/optim/optimizer.py: register_optimizer_step_post_hook``)."""
+    stepped: list[torch.optim.Optimizer] = []
+    handle = register_optimizer_step_post_hook(
+        lambda optimizer, args, kwargs: None if any(o is optimizer for o in stepped) else stepped.append(optimizer))
+    try:
+        yield stepped
+    finally:
+        handle.remove()
+
+
 def _final_parameters(returned: Any, model: torch.nn.Module) -> tuple[list[torch.Tensor], dict]:
     """The parameters the program returned, checked against the model's, on the CPU; and its other results."""
     extra = dict(returned) if isinstance(returned, dict) else {}
@@ -117,9 +132,10 @@ def _train(shipped: Any, steps: int, lr: float, widths: tuple[int, ...], samples
                for x, y in _rank_batches(steps, samples, seed, rank, world_size)]
     try:
         program = shipped.rebuild() if isinstance(shipped, SourceFunction) else shipped
-        with counted() as traffic, _collective_sizes() as sizes:
+        with counted() as traffic, _collective_sizes() as sizes, _stepped_optimizers() as optimizers:
             returned = program(model, batches, lr, **extra)
         parameters, more = _final_parameters(returned, model)
+        state = storage_bytes(t for optimizer in optimizers for t in state_tensors(optimizer))
     except Exception as error:
         try:
             note = pickle.dumps(error)
@@ -128,7 +144,7 @@ def _train(shipped: Any, steps: int, lr: float, widths: tuple[int, ...], samples
         Path(errors, f"rank-{rank}.pickle").write_bytes(note)
         raise
     return {**more, "parameters": parameters, "sent": traffic.sent, "received": traffic.received,
-            "collectives": sizes, "backend": dist.get_backend()}
+            "collectives": sizes, "optimizer_state_bytes": state, "backend": dist.get_backend()}
 
 
 def _importable(program: Callable) -> bool:
@@ -142,7 +158,8 @@ def train_on_ranks(program: Callable, world_size: int, *, steps: int = 3, lr: fl
     """Run ``program(model, batches, lr, **extra)`` on ``world_size`` ranks; per rank, a dict of
 
     ``parameters`` (the returned full parameters, CPU tensors), ``sent`` and ``received`` (bytes point to
-    point), ``collectives`` (``(name, bytes)`` per collective called, see ``_collective_sizes``), ``backend``
+    point), ``collectives`` (``(name, bytes)`` per collective called, see ``_collective_sizes``),
+    ``optimizer_state_bytes`` (the state of every optimizer that stepped in the program, after it), ``backend``
     and whatever else the program returned in its dict. ``samples`` per step must split evenly over the ranks.
 
     Raises the program's own exception if it raised in a rank, ``TypeError`` if a notebook function's source

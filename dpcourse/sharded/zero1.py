@@ -13,9 +13,11 @@ Slices are the same size, ``ceil(numel / n)``, with the last ones shorter (or em
 An all-gather wants the same number of elements from every rank, so a short slice is padded to that size
 before the gather and the padding is cut off after it (``all_gathered``).
 
-``ddp_program`` and ``zero1_program`` are training programs for ``sharded.ranks.train_on_ranks``.
+``ddp_program``, ``zero1_program`` and ``ddp_then_zero1`` are training programs for
+``sharded.ranks.train_on_ranks``; ``uneven_all_gather`` shows what gloo does with shards that are not padded.
 """
 
+import copy
 import math
 
 import torch
@@ -23,8 +25,11 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
-from ..ddp.lesson import loss_fn
+from ..ddp.launcher import device, launch
+from ..ddp.lesson import loss_fn, wrap
+from ..ddp.memory import bucket_bytes
 from ..memory.accounting import state_tensors, storage_bytes
+from .ranks import WIDTHS, parameter_count
 
 
 def shard_range(numel: int, rank: int, world_size: int) -> tuple[int, int]:
@@ -42,6 +47,16 @@ def shard_range(numel: int, rank: int, world_size: int) -> tuple[int, int]:
     return min(rank * size, numel), min((rank + 1) * size, numel)
 
 
+def adam_state_bytes(numel: int, rank: int, world_size: int, element_size: int = 4) -> int:
+    """The bytes of ``torch.optim.Adam``'s state on ``rank`` when it steps one tensor, its shard of the flat vector.
+
+    ``exp_avg`` and ``exp_avg_sq`` are the shard's size each, and ``step`` is one 4-byte float32 counter per
+    tensor stepped (``torch/optim/adam.py: Adam._init_group``), kept even for an empty shard.
+    """
+    start, stop = shard_range(numel, rank, world_size)
+    return 2 * (stop - start) * element_size + 4
+
+
 def all_gathered(shard: torch.Tensor, numel: int) -> torch.Tensor:
     """Every rank's ``shard``, concatenated in rank order: the full vector of ``numel`` numbers, on every rank.
 
@@ -57,26 +72,26 @@ def all_gathered(shard: torch.Tensor, numel: int) -> torch.Tensor:
     return torch.cat(pieces)[:numel]
 
 
-def averaged_gradient(model: nn.Module) -> torch.Tensor:
-    """All of ``model``'s gradients as one flat vector, all-reduced and divided by the number of ranks."""
-    gradient = parameters_to_vector(p.grad for p in model.parameters())
-    dist.all_reduce(gradient)
-    return gradient / dist.get_world_size()
-
-
 def ddp_program(model: nn.Module, batches: list, lr: float) -> dict:
-    """DDP's training, written out: all-reduce the gradients, then every rank runs Adam on all parameters."""
-    optimizer = torch.optim.Adam(model.parameters(), lr=lr)
+    """torch's DDP with Adam: DDP all-reduces (averages) the gradients, every rank steps all the parameters.
+
+    Also reports the bytes of DDP's all-reduce buckets: what it all-reduces every step (``ddp.memory``).
+    """
+    ddp_model = wrap(model, device())
+    optimizer = torch.optim.Adam(ddp_model.parameters(), lr=lr)
     for x, y in batches:
         optimizer.zero_grad()
-        loss_fn(model(x), y).backward()
-        vector_to_parameters(averaged_gradient(model), [p.grad for p in model.parameters()])
+        loss_fn(ddp_model(x), y).backward()
         optimizer.step()
-    return {"parameters": list(model.parameters()), "state_bytes": storage_bytes(state_tensors(optimizer))}
+    return {"parameters": list(model.parameters()), "state_bytes": storage_bytes(state_tensors(optimizer)),
+            "bucket_bytes": bucket_bytes(ddp_model)}
 
 
-def zero1_program(model: nn.Module, batches: list, lr: float) -> dict:
-    """ZeRO-1: all-reduce the gradients, Adam on this rank's slice only, all-gather the updated slices."""
+def zero1_program(model: nn.Module, batches: list, lr: float, average: bool = True) -> dict:
+    """ZeRO-1: all-reduce the gradients, Adam on this rank's slice only, all-gather the updated slices.
+
+    ``average=False`` forgets to divide the all-reduced gradients by the number of ranks (lesson 18's quiz).
+    """
     parameters = list(model.parameters())
     flat = parameters_to_vector(parameters).detach()
     start, stop = shard_range(flat.numel(), dist.get_rank(), dist.get_world_size())
@@ -85,8 +100,39 @@ def zero1_program(model: nn.Module, batches: list, lr: float) -> dict:
     for x, y in batches:
         model.zero_grad()
         loss_fn(model(x), y).backward()
-        mine.grad = averaged_gradient(model)[start:stop]
+        gradient = parameters_to_vector(p.grad for p in model.parameters())
+        dist.all_reduce(gradient)
+        mine.grad = (gradient / dist.get_world_size() if average else gradient)[start:stop]
         optimizer.step()
         with torch.no_grad():
             vector_to_parameters(all_gathered(mine.detach(), flat.numel()), parameters)
     return {"parameters": parameters, "state_bytes": storage_bytes(state_tensors(optimizer))}
+
+
+def ddp_then_zero1(model: nn.Module, batches: list, lr: float) -> dict:
+    """Both in one launch: torch's DDP on a copy of ``model`` (reported under ``"ddp"``), then ZeRO-1 on it.
+
+    DDP's reducer calls its all-reduces from C++, not through ``dist.all_reduce``: the collectives that
+    ``train_on_ranks`` records are ZeRO-1's.
+    """
+    ddp = ddp_program(copy.deepcopy(model), batches, lr)
+    return {**zero1_program(model, batches, lr), "ddp": ddp}
+
+
+def _gather_unpadded(numel: int) -> dict:
+    rank, world_size = dist.get_rank(), dist.get_world_size()
+    sizes = [stop - start for start, stop in (shard_range(numel, r, world_size) for r in range(world_size))]
+    pieces = [torch.empty(size) for size in sizes]
+    try:
+        dist.all_gather(pieces, torch.full((sizes[rank],), float(rank)))
+    except RuntimeError as error:
+        return {"sizes": sizes, "error": str(error).splitlines()[0]}
+    return {"sizes": sizes, "error": None, "gathered": torch.cat(pieces)}
+
+
+def uneven_all_gather(world_size: int = 4, numel: int | None = None) -> list[dict]:
+    """Every rank calls ``dist.all_gather`` with its own, unpadded shard of ``numel`` numbers (default: the
+    course model's), and a piece of each rank's true size to receive it in. Per rank: the ``sizes``, and the
+    ``error`` it raised (``None`` if it worked, then ``gathered`` holds what it received)."""
+    numel = parameter_count(WIDTHS) if numel is None else numel
+    return launch(_gather_unpadded, world_size, (numel,), backend="gloo", timeout=20)

@@ -12,19 +12,15 @@ and the ratio of the two samples taken in the same round (a *paired* ratio) canc
 ``warmup`` rounds are run and dropped: they pay for thread start-up, allocator growth and first-call dispatch.
 
 Drift does not cancel when the variants use the cores differently: a 2-thread step loses half its speed
-when another process takes one core, a 1-thread step much less. So every round also records how many cores
-*other* processes kept busy meanwhile (all CPU time in /proc/stat minus this process's own), and the
-results are given over all rounds and again over the quiet ones.
+when another process takes one core, a 1-thread step much less. The benchmarks therefore also watch how many
+cores other processes kept busy in each round (``tests/benchmarks/rounds.py``).
 """
 
 import contextlib
 import dataclasses
-import os
-import resource
 import statistics
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from pathlib import Path
 
 import torch
 from torch import nn
@@ -32,8 +28,6 @@ from torch import nn
 from .examples import sgd_step
 
 Sample = Callable[[], float]  # runs the variant once and returns its time in seconds
-QUIET_CORES = 0.25  # a round is quiet when other processes used less than this many cores on average
-PROC_STAT = Path("/proc/stat")
 Clock = Callable[[], float]  # seconds since some fixed moment
 
 
@@ -146,33 +140,11 @@ def within(context: Callable[[], contextlib.AbstractContextManager], sample: Sam
     return sample_within
 
 
-def others_cpu_seconds() -> float:
-    """CPU seconds used on this machine so far by everything but this process and the children it waited for.
-
-    0.0 where there is no /proc/stat (not Linux): every round then counts as quiet.
-    """
-    if not PROC_STAT.exists():
-        return 0.0
-    user, nice, system, _idle, _iowait, irq, softirq, steal = map(int, PROC_STAT.read_text().split()[1:9])
-    own = [resource.getrusage(who) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)]
-    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK") - sum(
-        usage.ru_utime + usage.ru_stime for usage in own)
-
-
-def summary(seconds: list[float]) -> dict[str, float]:
-    """Median, quartiles and extremes of ``seconds``, in milliseconds; ``spread`` is (q3 - q1) / median."""
-    ms = sorted(s * 1e3 for s in seconds)
-    q1, median, q3 = statistics.quantiles(ms, n=4, method="inclusive") if len(ms) > 1 else (ms[0],) * 3
-    return {"n": len(ms), "median_ms": median, "q1_ms": q1, "q3_ms": q3, "min_ms": ms[0], "max_ms": ms[-1],
-            "spread": (q3 - q1) / median if median else 0.0}
-
-
 @dataclasses.dataclass
 class Rounds:
-    """Every variant's seconds, one per round, and the cores other processes used in each round."""
+    """Every variant's seconds, one per round."""
 
     samples: dict[str, list[float]]
-    others: list[float]
 
     def ratio(self, name: str, baseline: str) -> dict[str, float]:
         """Median and quartiles of ``name / baseline`` over the rounds (a paired ratio)."""
@@ -180,41 +152,22 @@ class Rounds:
         q1, median, q3 = statistics.quantiles(ratios, n=4, method="inclusive") if len(ratios) > 1 else ratios * 3
         return {"median": median, "q1": q1, "q3": q3}
 
-    def quiet(self) -> "Rounds":
-        keep = [i for i, cores in enumerate(self.others) if cores < QUIET_CORES]
-        return Rounds({k: [v[i] for i in keep] for k, v in self.samples.items()}, [self.others[i] for i in keep])
 
-    def report(self, baseline: str, ratio_key: str) -> dict:
-        """Summaries and ratios to ``baseline`` over all rounds, and the same over the quiet rounds (if 3+)."""
-        quiet = self.quiet()
-        result = {
-            "steps": {name: summary(seconds) for name, seconds in self.samples.items()},
-            ratio_key: {name: self.ratio(name, baseline) for name in self.samples if name != baseline},
-            "others_cores": {"median": statistics.median(self.others), "max": max(self.others)},
-            "quiet_rounds": len(quiet.others),
-        }
-        if len(quiet.others) >= 3:
-            result["quiet"] = {
-                "steps": {name: summary(seconds) for name, seconds in quiet.samples.items()},
-                ratio_key: {name: quiet.ratio(name, baseline) for name in quiet.samples if name != baseline},
-            }
-        return result
-
-
-def interleaved(variants: Mapping[str, Sample], rounds: int, warmup: int) -> Rounds:
+def interleaved(variants: Mapping[str, Sample], rounds: int, warmup: int,
+                around_round: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext) -> Rounds:
     """Run every variant once per round, rotating who goes first; keep the rounds after ``warmup``.
 
     Rotation keeps a variant from always following the same neighbour (whose left-over cache state or
-    busy threads it would otherwise inherit every time).
+    busy threads it would otherwise inherit every time). ``around_round()`` is entered around each kept round
+    (the benchmarks watch what other processes do meanwhile).
     """
     names = list(variants)
-    measured = Rounds({name: [] for name in names}, [])
+    measured = Rounds({name: [] for name in names})
     for r in range(warmup + rounds):
         shift = r % len(names)
-        start, others = time.perf_counter(), others_cpu_seconds()
-        seconds = {name: variants[name]() for name in names[shift:] + names[:shift]}
+        with around_round() if r >= warmup else contextlib.nullcontext():
+            seconds = {name: variants[name]() for name in names[shift:] + names[:shift]}
         if r >= warmup:
             for name in names:
                 measured.samples[name].append(seconds[name])
-            measured.others.append((others_cpu_seconds() - others) / (time.perf_counter() - start))
     return measured

@@ -15,6 +15,7 @@ import torch
 from dpcourse import timing
 from dpcourse.workloads import ModelToTime
 from tests.benchmarks import course, gpu
+from tests.benchmarks.rounds import watched
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -48,7 +49,7 @@ def test_interleaving_rotates_the_order_and_drops_the_warmup():
     def variant(name):
         return lambda: calls.append(name) or 0.001
 
-    measured = timing.interleaved({"a": variant("a"), "b": variant("b"), "c": variant("c")}, rounds=3, warmup=1)
+    measured = watched({"a": variant("a"), "b": variant("b"), "c": variant("c")}, rounds=3, warmup=1)
     assert calls == ["a", "b", "c", "b", "c", "a", "c", "a", "b", "a", "b", "c"]
     assert {name: len(s) for name, s in measured.samples.items()} == {"a": 3, "b": 3, "c": 3}
     assert len(measured.others) == 3

@@ -27,9 +27,10 @@ import torch
 from torch import nn
 
 import dpcourse
-from dpcourse.timing import interleaved, wall_time
+from dpcourse.timing import wall_time
 from dpcourse.workloads import ModelToTime
 
+from .rounds import watched
 from .torch_on_cpu import torch_on_cpu
 from .workloads import batch_size, training_step, workloads
 
@@ -58,7 +59,7 @@ def measure(workload: ModelToTime, rounds: int, warmup: int, steps: int) -> dict
     }
     assert wrappers["torch"].device_ids == [0, 1], "torch's DataParallel must be built inside torch_on_cpu()"
     variants = {name: wall_time(training_steps(wrappers[name], models[name], workload, steps)) for name in models}
-    measured = interleaved(variants, rounds, warmup)
+    measured = watched(variants, rounds, warmup)
     measured.samples = {name: [s / steps for s in seconds] for name, seconds in measured.samples.items()}
     return measured.report(baseline="torch", ratio_key="ratio_to_torch")
 

@@ -20,6 +20,8 @@ from xml.etree import ElementTree
 
 from dpcourse import timing
 
+from .rounds import others_cores
+
 ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOK_TIMEOUT_S = 1200  # for the whole course
 
@@ -182,9 +184,10 @@ def widget_latency(found: dict[str, type] | None = None, count: int = 5, run: bo
 
 def _with_load(part: Callable[[], dict]) -> dict:
     """``part()``, plus the cores other processes kept busy meanwhile (see ``timing``)."""
-    start, others = time.perf_counter(), timing.others_cpu_seconds()
-    result = part()
-    return {**result, "others_cores": (timing.others_cpu_seconds() - others) / (time.perf_counter() - start)}
+    others: list[float] = []
+    with others_cores(others):
+        result = part()
+    return {**result, "others_cores": others[0]}
 
 
 def experiment_times(run: bool) -> dict:

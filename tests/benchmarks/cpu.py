@@ -11,9 +11,10 @@ import statistics
 import torch
 
 import dpcourse
-from dpcourse.timing import interleaved, wall_time
+from dpcourse.timing import wall_time
 from dpcourse.workloads import ModelToTime
 
+from .rounds import watched
 from .workloads import batch_size, dp_step, tracing_cost, training_step, workloads
 
 BREAKDOWN = ("scatter", "replicate", "forward", "gather", "gather-backward", "backward", "reduce-add")
@@ -25,7 +26,7 @@ def scaling(workload: ModelToTime, batch: int, counts: tuple[int, ...], rounds: 
     model = workload.model()
     steps = {"single": training_step(model, model, workload, batch, CPU)}
     steps |= {f"dp{n}": dp_step(workload, batch, model, [CPU] * n) for n in counts}
-    measured = interleaved({name: wall_time(step) for name, step in steps.items()}, rounds, warmup)
+    measured = watched({name: wall_time(step) for name, step in steps.items()}, rounds, warmup)
     report = measured.report("single", "vs_single")
     return {**report, "samples_s": measured.samples, "others_cores_per_round": measured.others}
 

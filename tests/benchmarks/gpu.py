@@ -14,9 +14,10 @@ from torch import nn
 
 import dpcourse
 from dpcourse.ddp.launcher import launch
-from dpcourse.timing import Sample, cuda_seconds, interleaved, summary, wall_time
+from dpcourse.timing import Sample, cuda_seconds, interleaved, wall_time
 from dpcourse.workloads import ModelToTime
 
+from .rounds import summary, watched
 from .workloads import batch_size, dp_step, tracing_cost, training_step, workloads
 
 
@@ -43,7 +44,7 @@ def versus_torch(
         "dpcourse": dp_step(workload, batch, model, devices),
         "torch": training_step(torch.nn.DataParallel(model, device_ids=device_ids), model, workload, batch, devices[0]),
     }
-    return interleaved({name: timer(step) for name, step in steps.items()}, rounds, warmup).report("torch", "vs_torch")
+    return watched({name: timer(step) for name, step in steps.items()}, rounds, warmup).report("torch", "vs_torch")
 
 
 def big_model(layers: int, width: int) -> nn.Sequential:

@@ -5,7 +5,7 @@ from pathlib import Path
 
 from matplotlib.figure import Figure
 
-from dpcourse.timing import QUIET_CORES
+from .rounds import QUIET_CORES
 
 
 def _scaling_figure(measurements: dict[int, list[float]], title: str) -> Figure:

@@ -13,8 +13,10 @@ from torch import nn
 
 import dpcourse
 from dpcourse.examples import loss_fn
-from dpcourse.timing import Sample, StepTimes, interleaved, timed_step, wall_time, within
+from dpcourse.timing import Sample, StepTimes, timed_step, wall_time, within
 from dpcourse.workloads import ModelToTime
+
+from .rounds import watched
 
 LEARNING_RATE = 1e-4
 
@@ -58,4 +60,4 @@ def tracing_cost(
     model = workload.model().to(devices[0])
     step = timer(dp_step(workload, batch, model, devices))
     variants = {"off": step, "on": within(dpcourse.trace, step)}
-    return {"devices": [str(d) for d in devices], **interleaved(variants, rounds, warmup).report("off", "vs_off")}
+    return {"devices": [str(d) for d in devices], **watched(variants, rounds, warmup).report("off", "vs_off")}

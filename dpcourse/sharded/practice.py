@@ -3,7 +3,7 @@
 Starting ranks costs seconds, so ``tour_program`` runs everything lesson 21 shows in one ``train_on_ranks`` call.
 Each part trains its own copy of the seeded model on the same batches:
 
-* ``fsdp2``: ``fully_shard`` per layer, the default ``reshard_after_forward=True``; then saved with DCP;
+* ``fsdp2``: ``fully_shard`` per layer, ``reshard_after_forward=True``; saved with DCP before its last step;
 * ``kept``: the same with ``reshard_after_forward=False``;
 * ``one_unit``: ``fully_shard`` on the root only;
 * ``mixed``: one step under a bfloat16 ``MixedPrecisionPolicy``;
@@ -59,3 +59,14 @@ def resume(directory: str | Path, world_size: int = 2, steps: int = STEPS) -> li
 def runs(results: list[dict], part: str) -> list[dict]:
     """One part's results on every rank, in the shape ``ranks.first_difference`` reads."""
     return [result[part] for result in results]
+
+
+def mixed_precision_program(model: nn.Module, batches: list, lr: float) -> dict:
+    """``fsdp2.mixed_precision_step`` on the first batch, as a ``train_on_ranks`` program (no optimizer step)."""
+    dtypes = fsdp2.mixed_precision_step(model, *batches[0])
+    return {"parameters": [p.full_tensor() for p in model.parameters()], "dtypes": dtypes}
+
+
+def mixed_precision(world_size: int = 2) -> dict[str, str]:
+    """The dtypes rank 0 saw in one FSDP2 step under a bfloat16 ``MixedPrecisionPolicy`` (``mixed_precision_step``)."""
+    return ranks.train_on_ranks(mixed_precision_program, world_size, steps=1)[0]["dtypes"]

@@ -28,9 +28,12 @@ from ..ddp.lesson import loss_fn
 from ..ddp.traffic import counted
 from ..memory.accounting import state_tensors, storage_bytes
 from ..memory.peak import allocations
-from . import zero3
+from . import ranks, zero3
 from .zero1 import shard_range
 
+# 8 inputs, four hidden layers of 127, 4 outputs: layers of 1,143, 16,256 (three) and 512 parameters, 50,423 in
+# all: one layer is a third of the model at most. 1,143 splits unevenly over 2 and 4 ranks, 16,256 over 3.
+WIDE = (8, 127, 127, 127, 127, 4)
 WAYS = {"DDP": {}, "ZeRO-3": {}, "ZeRO-3, prefetch": {"prefetch": True}, "ZeRO-3, no reshard": {"reshard": False}}
 
 
@@ -90,17 +93,36 @@ def _ddp(model: nn.Module, batches: list, lr: float) -> dict:
 def _zero3(model: nn.Sequential, batches: list, lr: float, **options) -> dict:
     sharded = zero3.Zero3(model, ring=True, **options)
     optimizer = torch.optim.Adam(sharded.shards(), lr=lr)
-    run = _train(sharded, optimizer, sharded.shards, batches)
-    return {**run, "parameters": sharded.parameters()}
+    held_after_forward: list[list[int]] = []
+
+    def forward(x: torch.Tensor) -> torch.Tensor:
+        output = sharded(x)
+        held_after_forward.append([layer.full.untyped_storage().nbytes() for layer in sharded.layers])
+        return output
+
+    run = _train(forward, optimizer, sharded.shards, batches)
+    return {**run, "parameters": sharded.parameters(), "held_after_forward": held_after_forward[-1],
+            "shard_bytes": [layer.shard.nbytes for layer in sharded.layers],
+            "numels": [layer.numel for layer in sharded.layers]}
 
 
-def compare(model: nn.Sequential, batches: list, lr: float, ways: Sequence[str] = tuple(WAYS)) -> dict:
-    """Train a copy of ``model`` each way of ``WAYS``; per way, what ``_train`` measured and the parameters.
-
-    The runner's own ``parameters`` are ZeRO-3's (the first ZeRO-3 way's), to check against one device."""
-    results = {way: (_ddp if way == "DDP" else _zero3)(copy.deepcopy(model), batches, lr, **WAYS[way])
-               for way in ways}
+def compare(model: nn.Sequential, batches: list, lr: float, ways: dict[str, dict] | None = None) -> dict:
+    """Train a copy of ``model`` each way of ``ways`` (default ``WAYS``: name -> options of ``zero3.Zero3``, or
+    ``"DDP"``); per way what ``_train`` measured, and ZeRO-3's: the bytes each layer's gathered vector held
+    after the forward, each shard's bytes, each layer's parameter count. The runner's ``parameters`` are the
+    first ZeRO-3 way's, to check against one device."""
+    ways = WAYS if ways is None else ways
+    results = {way: (_ddp if way == "DDP" else _zero3)(copy.deepcopy(model), batches, lr, **options)
+               for way, options in ways.items()}
     return {"ways": results, "parameters": results[next(w for w in ways if w != "DDP")]["parameters"]}
+
+
+def measure(world_size: int = 4, widths: Sequence[int] = WIDE, ways: dict[str, dict] | None = None) -> list[dict]:
+    """``compare`` on ``world_size`` ranks, one launch: per rank, ``"ways"`` and the ZeRO-3 ``"parameters"``.
+
+    ``ways`` is read here, when called, and sent to the ranks."""
+    ways = dict(WAYS if ways is None else ways)
+    return ranks.train_on_ranks(compare, world_size, widths=widths, extra={"ways": ways})
 
 
 def _rebuilt(function: SourceFunction | None) -> Callable | None:

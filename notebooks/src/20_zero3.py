@@ -1,0 +1,248 @@
+# %% [markdown]
+# # 20 · ZeRO-3: parameters sharded too, FSDP written by hand
+#
+# **After this lesson you will be able to explain**
+# - how a rank can train a model whose parameters it does not hold: each layer is put together by an
+#   all-gather just before it runs, and given back just after, at [ZeRO stage](00_start_here.ipynb#Glossary) 3;
+# - why backward needs a second all-gather, and where the gradients go: a reduce-scatter, the all-gather's
+#   backward;
+# - what this costs on the wire next to DDP, counted in bytes, and what it saves in memory, measured per rank
+#   over a step with lesson 15's profiler;
+# - what prefetching the next layer and keeping layers whole after forward
+#   ([reshard](00_start_here.ipynb#Glossary) or not) trade against each other.
+#
+# Lessons 18 and 19 gave each rank a [shard](00_start_here.ipynb#Glossary) of Adam's state and of the
+# gradients, but every rank still held all the parameters. This lesson shards those too: what
+# [FSDP](00_start_here.ipynb#Glossary) does, written by hand in `dpcourse/sharded/zero3.py`. Everything runs on
+# real ranks started from this notebook; their backend, by the number of ranks (gloo with CPU tensors unless
+# every rank has a GPU of its own):
+
+# %%
+import torch
+import torch.distributed as dist
+from IPython.display import display
+
+from dpcourse import examples, exercises, quiz
+from dpcourse.ddp.launcher import backend_for
+from dpcourse.sharded import ranks, zero3_measure
+from dpcourse.sharded.zero1 import shard_range
+from dpcourse.viz.zero3 import zero3_memory
+
+print({f"{n} ranks": backend_for(n) for n in (2, 3, 4)})
+
+# %% [markdown]
+# ## The idea: a layer is whole only while it runs
+# [ZeRO](00_start_here.ipynb#Glossary) stage 3 flattens each layer's parameters into one vector and gives rank
+# r the slice `shard_range(numel, r, n)` of lesson 18 (slices of `ceil(numel / n)` numbers, the last ones
+# shorter). A rank keeps its slices and Adam's state for them, nothing else. For each layer, in order:
+#
+# 1. **before its forward**: every rank pads its slice to `ceil(numel / n)` numbers and an all-gather puts the
+#    whole vector together on every rank; the layer runs on views of it (`torch.func.functional_call`);
+# 2. **after its forward**: the vector's memory is given back, `untyped_storage().resize_(0)`, as FSDP2's
+#    `free_storage` does (`torch/distributed/fsdp/_fully_shard/_fsdp_param.py: free_storage`). Autograd keeps
+#    the tensors it saved for backward (a Linear saves its weight, lesson 15), but they now hold no memory;
+# 3. **before its backward**: a hook on the layer's output runs when the gradient reaching the layer is ready,
+#    gives the storage its size back and all-gathers into it again. FSDP registers the same kind of hook
+#    (`torch/distributed/fsdp/_runtime_utils.py: _register_pre_backward_hooks`);
+# 4. **its backward** ends in the backward of the all-gather, a **reduce-scatter**: each rank receives the sum
+#    of every rank's gradient for its own slice, divides by n (DDP's average), and frees the vector again.
+#    torch's own differentiable all-gather has a reduce-scatter for its backward too on NCCL
+#    (`torch/distributed/nn/functional.py: _AllGather.backward`).
+#
+# Adam then updates each rank's slices. The model is the course's MLP, 8 inputs, four hidden layers of 127
+# units, 4 outputs; each rank trains on its quarter of 24 samples per step. Its layers hold these many
+# parameters, which do not all split evenly:
+
+# %%
+layer_sizes = [sum(p.numel() for p in layer.parameters())
+               for layer in examples.mlp(zero3_measure.WIDE) if list(layer.parameters())]
+print("parameters per layer:", layer_sizes, f"{sum(layer_sizes):,} in all; the largest layer holds "
+      f"{max(layer_sizes) / sum(layer_sizes):.0%} of them")
+print("slices of the first layer on 4 ranks:", [shard_range(layer_sizes[0], rank, 4) for rank in range(4)])
+
+# %% [markdown]
+# What does a rank hold of a layer once the layer's forward has returned?
+
+# %%
+quiz.ask("20-after-forward")
+
+# %% [markdown]
+# `zero3_measure.measure(4)` starts 4 ranks once and trains the model for 3 steps four ways, each on a copy:
+# DDP (Adam on every rank, gradients all-reduced), ZeRO-3, ZeRO-3 with prefetch, and ZeRO-3 without
+# resharding (below). All collectives are rings of point-to-point messages (`dpcourse/sharded/rings.py`, the two
+# halves of lesson 13's ring all-reduce), so that `traffic.counted` counts every byte sent. The last step runs
+# under lesson 15's profiler (`memory.peak.allocations`). After ZeRO-3's forward, rank 0's gathered vectors and
+# its shards:
+
+# %% tags=["reveals-answer"]
+with quiz.reveal("20-after-forward"):
+    measured = zero3_measure.measure(4)
+    zero3 = measured[0]["ways"]["ZeRO-3"]
+    print("bytes each layer's gathered vector holds after the forward:", zero3["held_after_forward"])
+    print("bytes of each layer's parameters:                          ", [4 * n for n in zero3["numels"]])
+    print("bytes of rank 0's shard of each layer:                     ", zero3["shard_bytes"])
+
+# %% [markdown]
+# The gathered vectors hold nothing after the forward: only the shards stay. Is the result still right?
+# Every way's weights after 3 steps, on every rank, against one device training on the whole batch with Adam
+# (`ranks.one_device`, lesson 18's oracle), within a relative 1e-5:
+
+# %%
+oracle = ranks.one_device(widths=zero3_measure.WIDE)
+for way in zero3_measure.WAYS:
+    per_rank = [{"parameters": rank["ways"][way]["parameters"]} for rank in measured]
+    print(f"{way:<20} {ranks.first_difference(per_rank, oracle, widths=zero3_measure.WIDE) or 'same as one device'}")
+
+# %% [markdown]
+# ## Bytes on the wire
+# DDP sends each gradient once through an all-reduce. ZeRO-3 all-gathers each layer twice and reduce-scatters
+# its gradient once. How do the bytes compare?
+
+# %%
+quiz.ask("20-bytes-vs-ddp")
+
+# %% tags=["reveals-answer"]
+with quiz.reveal("20-bytes-vs-ddp"):
+    for way in zero3_measure.WAYS:
+        sent = [rank["ways"][way]["step_sent"] for rank in measured]
+        print(f"{way:<20} bytes sent in one step, by rank: {sent}, "
+              f"{sent[0] / measured[0]['ways']['DDP']['step_sent']:.3f} x DDP's")
+
+# %% [markdown]
+# In a ring every collective sends n − 1 pieces of S / n bytes per rank (lesson 13). DDP's all-reduce is a
+# reduce-scatter and an all-gather: 2 (n − 1) pieces. ZeRO-3 sends the same two and one more all-gather, before
+# backward: 3 (n − 1), 1.5 times DDP's, plus the padding of uneven slices. Without resharding a layer stays
+# whole from its forward to its backward and the second all-gather goes: DDP's bytes again, for more memory.
+# FSDP2 offers both, `reshard_after_forward=True` or `False`
+# (`torch/distributed/fsdp/_fully_shard/_fully_shard.py: fully_shard`). These are bytes, the same on any
+# machine; how long they take depends on the links, and nothing here is timed.
+#
+# ## Memory per rank over a step
+# The profiler recorded every allocation and free of the last step on every rank, on top of what the rank held
+# when the step began: its parameters (DDP) or shards (ZeRO-3), Adam's state and its batch.
+
+# %%
+for way in ("DDP", "ZeRO-3", "ZeRO-3, no reshard"):
+    run = measured[0]["ways"][way]
+    print(f"{way:<20} rank 0 held {run['start']:>9,} bytes as the step began, peaked at {max(run['allocated']):>9,}")
+display(zero3_memory({way: measured[0]["ways"][way] for way in ("DDP", "ZeRO-3", "ZeRO-3, no reshard")}))
+
+# %% [markdown]
+# Before the step, a ZeRO-3 rank holds a quarter of the parameters and a quarter of Adam's state. During the step
+# its memory rises by about one layer at a time, layer by layer, instead of staying at the whole model plus its
+# gradients. Without resharding the layers pile up during the forward and stay until their backward: the peak
+# moves towards DDP's. The biggest layer, a third of the model here, sets how high ZeRO-3's steps go: FSDP
+# wraps a model layer by layer for that reason (lesson 21).
+#
+# ## Prefetch
+# Gathering a layer only when it is needed makes the rank wait for the network before every layer. With
+# prefetch the next layer's all-gather starts before the current layer runs: forward starts the layer after,
+# backward the layer before (`prefetch=True` in `zero3.Zero3`; `dist.all_gather(..., async_op=True)` returns at
+# once and the layer waits for it only when it runs). FSDP's `BackwardPrefetch` documents the trade
+# (`torch/distributed/fsdp/api.py: BackwardPrefetch`): overlap, for memory.
+
+# %%
+quiz.ask("20-prefetch-peak")
+
+# %% tags=["reveals-answer"]
+with quiz.reveal("20-prefetch-peak"):
+    for way in ("ZeRO-3", "ZeRO-3, prefetch"):
+        print(f"{way:<18} rank 0's peak {max(measured[0]['ways'][way]['allocated']):,} bytes")
+    display(zero3_memory({way: measured[0]["ways"][way] for way in ("DDP", "ZeRO-3", "ZeRO-3, prefetch")}))
+
+# %% [markdown]
+# With prefetch two layers are whole at once at the highest point. Whether the overlap pays for it depends on
+# how long a layer computes against how long its all-gather takes; on this machine the ranks share two cores and
+# talk over the loopback interface, so no time measured here would say much about GPUs, and none is shown.
+#
+# ## Write it yourself
+# ### Exercise: the bytes of one step
+# Write `zero3_bytes_per_step(numels, world_size, reshard)`: the bytes one rank sends in one ZeRO-3 step with ring
+# collectives, float32 parameters, for layers of `numels[i]` parameters. The check tries a grid of layer sizes
+# and numbers of ranks; a test holds the same formula to the bytes counted above.
+
+# %% tags=["solution"]
+def zero3_bytes_per_step(numels, world_size, reshard):
+    """Bytes one rank sends in one ZeRO-3 step: per layer, 2 or 3 collectives of n - 1 padded pieces."""
+    ### BEGIN SOLUTION
+    collectives = 3 if reshard else 2
+    return sum(collectives * (world_size - 1) * -(-numel // world_size) * 4 for numel in numels)
+    ### END SOLUTION
+
+
+# %%
+exercises.check("zero3_bytes_per_step", zero3_bytes_per_step)
+
+# %% [markdown]
+# ### Exercise: the all-gather before a layer runs
+# Write `gather_full(shard, numel)`, run on every rank: every rank's slice of a vector of `numel` numbers in, the
+# whole vector out, on every rank. The check sends it to 2 and 3 ranks as its source (lesson 13), calls it on
+# known numbers, then trains ZeRO-3 with it in place of the library's all-gather and compares the weights with
+# one device.
+
+# %% tags=["solution"]
+def gather_full(shard, numel):
+    """The whole vector of `numel` numbers from every rank's slice: pad, all-gather, cut the padding off."""
+    ### BEGIN SOLUTION
+    n = dist.get_world_size()
+    size = -(-numel // n)
+    padded = torch.zeros(size, dtype=shard.dtype, device=shard.device)
+    padded[: shard.numel()] = shard
+    pieces = [torch.empty_like(padded) for _ in range(n)]
+    dist.all_gather(pieces, padded)
+    return torch.cat(pieces)[:numel]
+    ### END SOLUTION
+
+
+# %%
+exercises.check("gather_full", gather_full)
+
+# %% [markdown]
+# ### Exercise: the reduce-scatter after a layer's backward
+# Write `shard_of_gradient(full_grad)`, run on every rank: `full_grad` is this rank's gradient for a layer's
+# whole vector; return this rank's slice (`shard_range`) of the gradient averaged over the ranks, with one
+# `dist.reduce_scatter`. Checked as the one above.
+
+# %% tags=["solution"]
+def shard_of_gradient(full_grad):
+    """This rank's slice of the gradient averaged over the ranks: pad, reduce-scatter, divide, trim."""
+    ### BEGIN SOLUTION
+    n, rank, numel = dist.get_world_size(), dist.get_rank(), full_grad.numel()
+    size = -(-numel // n)
+    padded = torch.zeros(n * size, dtype=full_grad.dtype, device=full_grad.device)
+    padded[:numel] = full_grad
+    mine = torch.empty_like(padded[:size])
+    dist.reduce_scatter(mine, list(padded.chunk(n)))
+    start, stop = shard_range(numel, rank, n)
+    return mine[: stop - start] / n
+    ### END SOLUTION
+
+
+# %%
+exercises.check("shard_of_gradient", shard_of_gradient)
+
+# %% [markdown]
+# ## Summary
+# - ZeRO-3 keeps on each rank a slice of every layer's parameters, of their gradients and of Adam's state.
+#   A layer is whole only while it runs: an all-gather before its forward, its memory given back after, an
+#   all-gather again before its backward, then a reduce-scatter of its gradient and the memory given back again.
+# - Autograd keeps what forward saved; giving back a tensor's memory (`untyped_storage().resize_(0)`) and
+#   refilling it before backward is how FSDP frees layers that autograd still refers to.
+# - With ring collectives a ZeRO-3 step sends 1.5 times DDP's bytes (3 (n − 1) pieces per layer against
+#   2 (n − 1)); keeping layers whole after forward (`reshard_after_forward=False`) sends DDP's bytes, for memory.
+# - Memory per rank: the shards and a 1/n of Adam's state between steps, plus about one gathered layer at a time
+#   during the step; prefetching the next layer holds two.
+#
+# ## Exercises
+# 1. With `zero3_measure.bytes_per_step`, how many bytes does one ZeRO-3 step send per rank on 8 ranks for this
+#    lesson's layers, with and without resharding, against a ring all-reduce of all their gradients?
+# 2. Train with `zero3_measure.measure(2)`: how does rank 0's peak on 2 ranks compare with its peak on 4, and
+#    why is it not twice as high?
+
+# %% tags=["solution"]
+on_8 = {reshard: zero3_measure.bytes_per_step(layer_sizes, 8, reshard) for reshard in (True, False)}
+all_reduce_8 = 2 * 7 * -(-sum(layer_sizes) // 8) * 4
+
+# %%
+print(f"exercise 1: ZeRO-3 sends {on_8[True]:,} bytes per rank per step, {on_8[False]:,} without resharding; "
+      f"a ring all-reduce {all_reduce_8:,}")

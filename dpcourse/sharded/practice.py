@@ -70,3 +70,23 @@ def mixed_precision_program(model: nn.Module, batches: list, lr: float) -> dict:
 def mixed_precision(world_size: int = 2) -> dict[str, str]:
     """The dtypes rank 0 saw in one FSDP2 step under a bfloat16 ``MixedPrecisionPolicy`` (``mixed_precision_step``)."""
     return ranks.train_on_ranks(mixed_precision_program, world_size, steps=1)[0]["dtypes"]
+
+
+def layout_table(results: list[dict]) -> str:
+    """One line per parameter: its full shape, placements and each rank's local shape."""
+    lines = [f"{'parameter':<10}{'full shape':>12}   {'placements':<20}" + "".join(
+        f"{f'rank {rank}':>10}" for rank in range(len(results)))]
+    for index, first in enumerate(results[0]["layout"]):
+        shapes = "".join(f"{str(result['layout'][index]['local']):>10}" for result in results)
+        lines.append(f"{first['name']:<10}{str(first['shape']):>12}   {first['placements']:<20}{shapes}")
+    return "\n".join(lines)
+
+
+def collectives_line(step: dict) -> str:
+    """A watched step's collectives, forward | backward, with FSDP2's names shortened (all_gather_single: AG)."""
+    short = {"all_gather": "AG", "reduce_scatter": "RS", "all_reduce": "AR"}
+
+    def names(calls: list[str]) -> str:
+        return " ".join(next((v for k, v in short.items() if call.startswith(k)), call) for call in calls) or "-"
+
+    return f"forward: {names(step['forward'])} | backward: {names(step['backward'])}"

@@ -42,7 +42,7 @@ def test_measure_runs_on_explicit_cpu_devices_on_a_gpu_machine_too(stand_in_gpu)
 
 
 def test_every_term_is_in_the_formula_and_the_terms_add_up():
-    for kind in ("single", "dp", "ddp"):
+    for kind in costmodel.KINDS:
         terms = step_time(kind, 4, EXAMPLE, PRESETS["8 GPUs, PCIe"])
         assert all(value >= 0 for value in terms.values())
         for name in terms:
@@ -95,8 +95,11 @@ def test_replicas_sharing_one_device_never_pay_off():
 def test_bad_arguments_say_what_to_pass():
     with pytest.raises(ValueError, match="choose one of"):
         predict_speedup("TPU pod")
-    with pytest.raises(ValueError, match="kind must be"):
-        step_time("fsdp", 2, EXAMPLE, PRESETS["one GPU"])
+    kinds = re.escape(str(list(costmodel.KINDS)))
+    with pytest.raises(ValueError, match=rf"kind must be one of {kinds}, not 'tpu'"):
+        step_time("tpu", 2, EXAMPLE, PRESETS["one GPU"])
+    with pytest.raises(ValueError, match=rf"kind must be one of {kinds}, not 'tpu'"):
+        formula("tpu")
     with pytest.raises(ValueError, match="whole number >= 1"):
         step_time("dp", 0, EXAMPLE, PRESETS["one GPU"])
 
@@ -187,6 +190,10 @@ def test_resnet50_flops_and_params_agree_with_torchs_flop_counter_on_a_real_resn
         model = transformers.ResNetForImageClassification(config)
         counted = counted_flops(model, torch.randn(1, 3, 224, 224))
     assert EXAMPLE.params == sum(p.numel() for p in model.parameters())
+    # the layout the module count is computed from: every convolution with its batch norm, one Linear
+    kinds = [type(m).__name__ for m in model.modules()]
+    convolutions = len(costmodel.resnet50_layers()) - 1
+    assert kinds.count("Conv2d") == kinds.count("BatchNorm2d") == convolutions and kinds.count("Linear") == 1
     assert EXAMPLE.flops == costmodel.resnet50_flops()
     assert abs(EXAMPLE.flops / counted - 1) < 0.05, (EXAMPLE.flops, counted)
 
@@ -197,3 +204,72 @@ def test_an_mlps_6p_agrees_with_torchs_flop_counter(hidden, depth):
         model = lesson_mlp(hidden, depth).model()
         counted = counted_flops(model, torch.randn(1, 8))
     assert abs(Workload.of(model, batch=1).flops / counted - 1) < 0.05
+
+
+def test_a_workload_too_large_for_floating_point_is_refused_not_turned_into_nan():
+    huge = Workload(params=10**300, modules=161, batch=10**300)
+    with pytest.raises(ValueError, match="too large to predict: its step overflows floating point"):
+        predict_speedup("8 GPUs, PCIe", huge)
+    # the calculator's way: FLOPs per sample scaled with the parameters, as floats (inf / inf would be NaN)
+    scaled = dataclasses.replace(huge, batch=10**10, flops_per_sample=1e300)
+    with pytest.raises(ValueError, match="too large to predict"):
+        step_time("dp", 2, scaled, PRESETS["laptop CPU"])
+
+
+def test_resnet50s_module_count_is_torchvisions_computed_from_its_layout():
+    # torchvision: 53 convolutions and batch norms, 16 blocks (each a module with its ReLU), 4 projections and
+    # 4 stages (Sequentials), the model, the stem's ReLU and max pool, the average pool and the Linear
+    assert EXAMPLE.modules == costmodel.resnet50_modules() == 2 * 53 + 2 * 16 + 4 + 4 + 5
+
+
+def no_compute(hardware):
+    """``hardware`` with free compute and no latency: every communication term is all bytes, nothing hidden."""
+    return dataclasses.replace(hardware, flops=math.inf, memory_bandwidth=math.inf, latency=0.0)
+
+
+COMMUNICATION = {"ddp": ("allreduce",), "zero1": ("reduce_scatter", "all_gather"),
+                 "zero2": ("reduce_scatter", "all_gather"), "zero3": ("forward_gather", "backward_comm"),
+                 "fsdp": ("forward_gather", "backward_comm")}
+
+
+@pytest.mark.parametrize("n", [2, 3, 8])
+def test_zero1_and_2_send_ddps_bytes_and_zero3_one_and_a_half_times_as_many(n):
+    hardware = no_compute(PRESETS["8 GPUs, PCIe"])
+    seconds = {kind: sum(step_time(kind, n, EXAMPLE, hardware)[t] for t in terms)
+               for kind, terms in COMMUNICATION.items()}
+    size = EXAMPLE.params * EXAMPLE.bytes_per_param
+    assert math.isclose(seconds["ddp"], 2 * (n - 1) / n * size / hardware.bandwidth)
+    assert math.isclose(seconds["zero1"], seconds["ddp"]) and seconds["zero2"] == seconds["zero1"]
+    assert math.isclose(seconds["zero3"], 1.5 * seconds["ddp"]) and seconds["fsdp"] == seconds["zero3"]
+
+
+def test_zero_stages_hide_what_backward_and_forward_can_and_one_rank_is_one_device():
+    hardware = PRESETS["8 GPUs, NVLink"]
+    terms = step_time("zero1", 8, EXAMPLE, hardware)
+    assert terms["reduce_scatter"] < terms["all_gather"]  # the all-gather runs after the step: nothing hides it
+    sharded = step_time("zero3", 8, EXAMPLE, hardware)
+    assert sharded["forward_gather"] < terms["all_gather"]  # hidden behind the forward of the unit before
+    for kind in COMMUNICATION:
+        assert step_time(kind, 1, EXAMPLE, hardware) == step_time("single", 1, EXAMPLE, hardware)
+
+
+def test_zero_memory_per_rank_reproduces_the_zero_papers_figure_1():
+    # Rajbhandari et al. 2020, figure 1: 7.5B parameters on 64 GPUs, 120, 31.4, 16.6 and 1.88 GB per GPU
+    totals = {kind: sum(costmodel.zero_memory(kind, 7_500_000_000, 64).values()) / 1e9
+              for kind in ("ddp", "zero1", "zero2", "zero3", "fsdp")}
+    assert [round(totals[k], 2) for k in ("ddp", "zero1", "zero2", "zero3")] == [120.0, 31.41, 16.64, 1.88]
+    assert totals["fsdp"] == totals["zero3"]
+    seven = costmodel.zero_memory("zero2", 7 * 10**9, 8)
+    assert seven == {"parameters": 14e9, "gradients": 14e9 / 8, "optimizer state": 84e9 / 8}
+    assert "16P / N" in costmodel.ZERO_MEMORY
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (("zero4", 10, 2), "kind must be one of ['ddp', 'zero1', 'zero2', 'zero3', 'fsdp'], not 'zero4'."),
+    (("zero3", 0, 2), "params must be a whole number >= 1, not 0."),
+    (("zero3", 10, 2.5), "n must be a whole number >= 1, not 2.5."),
+])
+def test_zero_memory_refuses_what_makes_no_sense(args, message):
+    with pytest.raises(ValueError) as info:
+        costmodel.zero_memory(*args)
+    assert str(info.value) == message

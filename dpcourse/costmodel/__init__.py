@@ -1,0 +1,59 @@
+"""How long one training step takes under DataParallel, DDP and the ZeRO stages, term by term, and when DP stops
+paying off.
+
+``formula(kind)`` gives the model as text for ``kind`` in ``KINDS``; ``step_time(kind, n, workload, hardware)``
+returns every term separately (a widget can stack them); ``predict_speedup(preset)`` gives the speed-up over
+one device for n = 1..8. ``PRESETS`` are rough numbers for common machines, each with its sources
+(``Hardware.sources``); ``calibrate()`` measures *this* machine's terms from DataParallel steps on CPU devices.
+``dpcourse.viz.plot_speedup`` draws the curves. The GPU presets come from published specifications and assumed
+orders of magnitude, not from a GPU measurement: what they give is a prediction of the cost model.
+``fit_gpu`` fits one real GPU's terms from the steps recorded on it (``dpcourse.recording``).
+``zero_memory(kind, params, n)`` predicts the bytes per rank of a large model under DDP and the ZeRO stages.
+
+The modules: ``model`` (``Workload``, ``Hardware``, the formulas, ``step_time``), ``presets`` (``PRESETS``,
+ResNet-50, ``EXAMPLE``), ``speedup`` (``predict_speedup``), ``zero`` (``zero_memory``), ``measure`` (timing DP
+steps on this machine) and ``fit`` (``calibrate``, ``fit_gpu``).
+
+A teaching model: each term is one line of the formula, not a simulation. It ignores memory limits, kernel
+fusion, uneven chunks and GPU scheduling. Its job is to show which term grows with what.
+
+How FLOPs are counted, here and everywhere in the course: a multiply-add is 2 FLOPs (as
+``torch.utils.flop_counter.FlopCounterMode`` and GPU datasheets count them, so C and F agree), and a training
+step's FLOPs are 3 times the forward's (backward does two products for each forward one: the gradient of the
+layer's input and of its weights). Only matrix products and convolutions count. So an MLP's C is 6P, and
+ResNet-50's is ``resnet50_flops()``; tests/test_costmodel.py checks both against ``FlopCounterMode``.
+"""
+
+from .fit import Calibration, calibrate, fit_gpu
+from .measure import Setup, measure
+from .model import BUCKET_BYTES, FORMULAS, KINDS, SYMBOLS, Hardware, Kind, Workload, formula, step_time
+from .presets import EXAMPLE, PRESETS, resnet50_flops, resnet50_layers, resnet50_modules, resnet50_params
+from .speedup import Speedup, predict_speedup
+from .zero import ZERO_MEMORY, zero_memory
+
+__all__ = [
+    "BUCKET_BYTES",
+    "EXAMPLE",
+    "FORMULAS",
+    "KINDS",
+    "PRESETS",
+    "SYMBOLS",
+    "ZERO_MEMORY",
+    "Calibration",
+    "Hardware",
+    "Kind",
+    "Setup",
+    "Speedup",
+    "Workload",
+    "calibrate",
+    "fit_gpu",
+    "formula",
+    "measure",
+    "predict_speedup",
+    "resnet50_flops",
+    "resnet50_layers",
+    "resnet50_modules",
+    "resnet50_params",
+    "step_time",
+    "zero_memory",
+]

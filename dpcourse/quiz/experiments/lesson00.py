@@ -11,7 +11,7 @@ from torch import nn
 from dpcourse import viz
 from dpcourse.trace import trace
 
-from ..lab import data_parallel_over, seeded_module, seeded_randn
+from ..lab import data_parallel_over, error_summary, raised_by, seeded_module, seeded_randn
 from ..outcome import Outcome, only_true
 
 
@@ -22,8 +22,13 @@ def laptop_passthrough() -> Outcome:
     has_gpu = torch.cuda.is_available()
     # On a GPU machine, hide the GPU while wrapping: __init__ is where torch looks for one.
     hidden = mock.patch.object(torch.cuda, "is_available", return_value=False) if has_gpu else contextlib.nullcontext()
+    wrapping: list[torch.nn.Module] = []
     with hidden:
-        wrapped = torch.nn.DataParallel(model)
+        error = raised_by(lambda: wrapping.append(torch.nn.DataParallel(model)))
+    if not wrapping:
+        text = f"torch.nn.DataParallel(nn.Linear(4, 2)) with no GPU -> {error_summary(error)}"
+        return Outcome(text, only_true({"It raises an error: DataParallel needs a GPU": error is not None}))
+    wrapped = wrapping[0]
     passthrough = wrapped.device_ids == [] and wrapped.module is model and torch.equal(wrapped(x), model(x))
     text = (
         ("This machine has a CUDA GPU; it was hidden from DataParallel to show the laptop case.\n" if has_gpu else "")
@@ -36,6 +41,7 @@ def laptop_passthrough() -> Outcome:
     value = only_true(
         {
             "It calls `model(x)` unchanged: a pass-through with `device_ids == []`": passthrough,
+            "It raises an error: DataParallel needs a GPU": error is not None,
             "It splits `x` over the CPU cores": bool(wrapped.device_ids),
         }
     )

@@ -79,33 +79,49 @@ def keyword_pads_inputs() -> Outcome:
 
 
 class LSTMWithState(nn.Module):
+    """An LSTM given its initial state; each call notes the shape of the ``h0`` it received."""
+
     def __init__(self) -> None:
         super().__init__()
         self.lstm = nn.LSTM(3, 2, num_layers=2, batch_first=True)
+        self.states: list[tuple[int, ...]] = []  # a plain list: every replica appends to this one
 
     def forward(self, x: torch.Tensor, h0: torch.Tensor, c0: torch.Tensor) -> torch.Tensor:
+        self.states.append(tuple(h0.shape))
         return self.lstm(x, (h0, c0))[0]
 
 
 def lstm_state_split_on_dim0() -> Outcome:
-    """``dp(x, h0, c0)``: the LSTM state has the batch on dim 1, but scatter splits every tensor on dim 0."""
+    """``dp(x, h0, c0)``: the LSTM state has the batch on dim 1, but scatter splits every tensor on dim 0.
+
+    Each replica notes the shape of the ``h0`` it got, so the outcome says how the state was split, not only
+    whether the LSTM accepted it.
+    """
     model = seeded_module(LSTMWithState)
     x, h0 = seeded_randn(4, 5, 3), torch.zeros(2, 4, 2, device=first_device())
-    chunks = [tuple(c.shape) for c in h0.chunk(2)]
+    one_device = tuple(model(x, h0, h0.clone()).shape)
+    model.states.clear()
     error = raised_by(lambda: data_parallel_over(model, 2)(x, h0, h0.clone()))
+    got = sorted(model.states)
     text = (
         f"x: {tuple(x.shape)} (batch first), h0 and c0: {tuple(h0.shape)} (layers, batch, hidden); 2 devices\n"
-        f"  model(x, h0, c0) on one device works: {tuple(model(x, h0, h0.clone()).shape)}\n"
-        f"  h0's chunks: {chunks} (split along the layers)\n"
-        f"  dp(x, h0, c0) -> {error_summary(error)}\n  ...{str(error).strip().splitlines()[-1]}"
+        f"  model(x, h0, c0) on one device works: {one_device}\n"
+        f"  the h0 each replica got: {got}\n"
+        f"  dp(x, h0, c0) -> {error_summary(error)}"
+        + (f"\n  ...{str(error).strip().splitlines()[-1]}" if error else "")
     )
+    layers, batch, hidden = h0.shape
     value = only_true(
         {
-            "It works: every replica gets the whole state": error is None,
-            "A `RuntimeError` from the LSTM: `h0` was split along its first dim, the layers": isinstance(
-                error, RuntimeError
-            )
-            and "Expected hidden[0] size" in str(error),
+            "It works: every replica gets the whole state": error is None and got == [tuple(h0.shape)] * 2,
+            "A `RuntimeError` from the LSTM: `h0` was split along its first dim, the layers": (
+                got == [(layers // 2, batch, hidden)] * 2
+                and isinstance(error, RuntimeError)
+                and "Expected hidden[0] size" in str(error)
+            ),
+            "It works: DataParallel splits each tensor along its own batch dim, so `h0` is split on dim 1": (
+                error is None and got == [(layers, batch // 2, hidden)] * 2
+            ),
         }
     )
     return Outcome(text, value)

@@ -6,27 +6,50 @@ import torch
 from torch import nn
 from torch.nn.utils.rnn import pad_sequence
 
-from ..lab import data_parallel_over, first_device, rounded_values, seeded_module, seeded_randn
+from ..lab import (
+    data_parallel_over,
+    error_summary,
+    first_device,
+    raised_by,
+    rounded_values,
+    seeded_module,
+    seeded_randn,
+)
 from ..outcome import Outcome, only_true
 
 
+def _linear_shapes(module: nn.Module) -> list[tuple[int, ...]]:
+    """The weight shape of every ``nn.Linear`` that ``module`` (a model or one of its replicas) holds."""
+    return [tuple(layer.weight.shape) for layer in module.modules() if isinstance(layer, nn.Linear)]
+
+
 def not_model_parallel() -> Outcome:
-    """A hook shows every replica holding every layer, at full size, and a slice of the batch."""
+    """A hook shows every replica holding every layer, at full size, and a slice of the batch.
+
+    The hook runs before each replica's forward, so it would also see replicas that held only some layers
+    (whose forward would then fail).
+    """
     model = seeded_module(lambda: nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2)))
     seen: list[tuple[int, list]] = []
-
-    def look(replica: nn.Module, args: tuple, output: torch.Tensor) -> None:
-        seen.append((len(args[0]), [tuple(replica[i].weight.shape) for i in (0, 2)]))
-
-    model.register_forward_hook(look)
-    data_parallel_over(model, 3)(seeded_randn(9, 4))
-    full = [tuple(model[i].weight.shape) for i in (0, 2)]
-    text = f"the model's weights: {full}\n" + "\n".join(f"  a replica got {r} rows and weights {w}" for r, w in seen)
-    whole_model = len(seen) == 3 and all(w == full and rows == 3 for rows, w in seen)
+    model.register_forward_pre_hook(lambda replica, args: seen.append((len(args[0]), _linear_shapes(replica))))
+    error = raised_by(lambda: data_parallel_over(model, 3)(seeded_randn(9, 4)))
+    full = _linear_shapes(model)
+    text = (
+        f"the model's Linear weights: {full}\n"
+        + "\n".join(f"  a replica got {rows} rows and Linear weights {shapes}" for rows, shapes in seen)
+        + f"\ndp(x) -> {error_summary(error)}"
+    )
+    held = [shapes for _, shapes in seen]
+    whole_model = len(seen) == 3 and all(shapes == full for shapes in held) and all(rows == 3 for rows, _ in seen)
+    split_layers = (
+        len(seen) == 3
+        and all(len(shapes) < len(full) for shapes in held)
+        and sorted(shape for shapes in held for shape in shapes) == sorted(full)
+    )
     value = only_true(
         {
-            "No: every replica holds the whole model, and only the batch is split": whole_model,
-            "Yes: each device holds some of the layers": not whole_model,
+            "No: every replica holds the whole model, and only the batch is split": whole_model and error is None,
+            "Yes: each device holds some of the layers": split_layers,
         }
     )
     return Outcome(text, value)
@@ -36,13 +59,20 @@ def padded_batch_is_fine() -> Outcome:
     """A ``pad_sequence`` batch is a plain rectangular tensor: DataParallel splits its rows like any other."""
     batch = pad_sequence([seeded_randn(n, 3, seed=n) for n in (5, 2, 7, 1)], batch_first=True)
     model = seeded_module(lambda: nn.Linear(3, 2))
-    out = data_parallel_over(model, 2)(batch)
-    same = out.shape == (4, 7, 2) and torch.allclose(out, model(batch))
-    text = f"padded batch {tuple(batch.shape)} -> dp(batch) {tuple(out.shape)}; equals model(batch): {same}"
+    outputs: list[torch.Tensor] = []
+    error = raised_by(lambda: outputs.append(data_parallel_over(model, 2)(batch)))
+    out = outputs[0] if outputs else None
+    same = out is not None and out.shape == (4, 7, 2) and torch.allclose(out, model(batch))
+    shape = "nothing" if out is None else tuple(out.shape)
+    text = (
+        f"padded batch {tuple(batch.shape)} -> dp(batch) {shape} ({error_summary(error)}); "
+        f"equals model(batch): {same}"
+    )
     value = only_true(
         {
+            "It fails: DataParallel cannot split a padded batch": error is not None,
             "It works, and the output equals the single-device output": same,
-            "It works but trims the padding": out.shape[1] < batch.shape[1],
+            "It works but trims the padding": out is not None and out.shape[1] < batch.shape[1],
         }
     )
     return Outcome(text, value)

@@ -1,5 +1,6 @@
 """Lesson 09's quiz experiments (``quizzes/09_performance.toml``): what replicate costs on every forward."""
 
+import torch
 from torch import nn
 
 from dpcourse import viz
@@ -22,17 +23,27 @@ def replicate_every_forward() -> Outcome:
     return Outcome("3 forwards on 2 devices:\n" + "\n".join(lines), len(spans), viz.timeline(recorded))
 
 
+def _copied_bytes(replica: nn.Module, originals: set[int]) -> int:
+    """Bytes of ``replica``'s tensors that live in memory of their own, not in the original module's storage."""
+    tensors = [t for module in replica.modules() for t in vars(module).values() if isinstance(t, torch.Tensor)]
+    return sum(t.numel() * t.element_size() for t in tensors if t.untyped_storage().data_ptr() not in originals)
+
+
 def replicate_bytes() -> Outcome:
-    """The bytes one replicate step copies for ``nn.Linear(256, 256)`` on 4 devices."""
+    """The bytes one replicate step copies for ``nn.Linear(256, 256)`` on 4 devices, read from the replicas.
+
+    A replica's tensor is a copy when its storage is not one of the model's own; replica 0's are the model's.
+    """
     model = seeded_module(lambda: nn.Linear(256, 256))
-    with trace() as recorded:
-        data_parallel_over(model, 4)(seeded_randn(8, 256))
+    replicas = replicate(model, choose_devices(4))
+    originals = {t.untyped_storage().data_ptr() for t in [*model.parameters(), *model.buffers()]}
+    per_replica = [_copied_bytes(replica, originals) for replica in replicas]
     size = sum(p.numel() * p.element_size() for p in model.parameters())
-    copied = recorded.steps("replicate")[0].bytes_copied
+    copied = sum(per_replica)
     text = (
         f"parameters: {sum(p.numel() for p in model.parameters())} float32 = {size} bytes\n"
-        f"replicate on 4 devices copied {copied} bytes = {copied / size:g} x the parameters "
-        "(replica 0 uses the originals)"
+        f"bytes in memory of their own, per replica: {per_replica}\n"
+        f"replicate on 4 devices copied {copied} bytes = {copied / size:g} x the parameters"
     )
     return Outcome(text, copied)
 

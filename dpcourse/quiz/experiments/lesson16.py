@@ -10,6 +10,7 @@ import torch
 from dpcourse import examples, precision
 from dpcourse.ddp.compression import compression
 
+from ..lab import error_summary, raised_by
 from ..outcome import Outcome, only_true
 
 
@@ -47,21 +48,27 @@ def torch_worker_dtype() -> Outcome:
 
 
 def overflow_skips_the_step() -> Outcome:
-    """GradScaler starting at 2**24 under float16 autocast: the first step overflows, is skipped, the scale halves."""
-    try:
-        first = precision.scaler_steps(steps=1)[0]
-    except (RuntimeError, ValueError) as error:
-        return Outcome(f"the step raised {type(error).__name__}: {error}", only_true({
-            "`optimizer.step()` runs with the infs clipped to the largest float16": False,
-            "`scaler.step` raises an error naming the overflowing parameter": True,
-            "`optimizer.step()` is skipped and `update()` halves the scale": False}))
-    text = (f"scale {first.scale:.0f}: inf or NaN in the unscaled gradients: {first.found_inf}; weights changed by "
-            f"scaler.step: {first.stepped}; scale after scaler.update(): {first.next_scale:.0f}")
+    """GradScaler starting at 2**24 under float16 autocast: the first step overflows, is skipped, the scale halves.
+
+    An error from the step is a result too: the outcome names it, and whether it names a parameter.
+    """
+    steps: list[precision.ScalerStep] = []
+    error = raised_by(lambda: steps.extend(precision.scaler_steps(steps=1)))
+    names = [name for name, _ in examples.make_model().named_parameters()]
+    returned = steps[0] if steps else None
+    if returned is None:
+        text = f"the step raised {error_summary(error)}"
+    else:
+        text = (f"scale {returned.scale:.0f}: inf or NaN in the unscaled gradients: {returned.found_inf}; weights "
+                f"changed by scaler.step: {returned.stepped}; scale after scaler.update(): {returned.next_scale:.0f}")
     value = only_true({
-        "`optimizer.step()` runs with the infs clipped to the largest float16": first.stepped,
-        "`scaler.step` raises an error naming the overflowing parameter": False,  # it returned: no error raised
+        "`optimizer.step()` runs with the infs clipped to the largest float16": (
+            returned is not None and returned.stepped),
+        "`scaler.step` raises an error naming the overflowing parameter": (
+            error is not None and any(name in str(error) for name in names)),
         "`optimizer.step()` is skipped and `update()` halves the scale": (
-            first.found_inf and not first.stepped and first.next_scale == first.scale / 2),
+            returned is not None and returned.found_inf and not returned.stepped
+            and returned.next_scale == returned.scale / 2),
     })
     return Outcome(text, value)
 

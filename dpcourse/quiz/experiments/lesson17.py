@@ -5,6 +5,7 @@ See ``experiments`` for how an experiment reports its ``Outcome``.
 
 from dpcourse.ddp import batchnorm, sampling, uneven, unused
 
+from ..lab import raised_by
 from ..outcome import Outcome, only_true
 
 
@@ -65,23 +66,22 @@ def uneven_without_join() -> Outcome:
 
 
 def unused_parameter_error() -> Outcome:
-    """A DDP model whose forward skips one head, default options, three steps on 2 ranks: where does it fail?"""
-    try:
-        result = unused.unused(timing_steps=1)
-    except TimeoutError as error:  # ``launch``'s deadline: a rank never returned
-        return Outcome(f"the ranks hung: {error}", only_true({
-            "The first backward hangs, waiting for the head's gradient": True,
-            "Training runs; the unused head's gradient is zero on every rank": False,
-            "DDP raises in its constructor: it checks which parameters forward uses": False,
-            "The first step runs; the second forward raises RuntimeError: the reduction of the first never finished":
-                False}))
-    text = f"{result}\n\ntorch's message on rank 0:\n{result.error}"
-    failed = result.error is not None
+    """A DDP model whose forward skips one head, default options, three steps on 2 ranks: where does it fail?
+
+    Ranks that never return are a result too: ``launch`` then raises ``TimeoutError`` at its deadline.
+    """
+    results: list[unused.Unused] = []
+    error = raised_by(lambda: results.append(unused.unused(timing_steps=1)))
+    hung = isinstance(error, TimeoutError)
+    if error is not None and not hung:
+        raise error
+    result = results[0] if results else None
+    failed = result is not None and result.error is not None
     second_forward = failed and result.error.startswith("Expected to have finished reduction in the prior iteration")
-    hung = False  # the ranks returned within ``launch``'s deadline
+    text = f"the ranks hung: {error}" if hung else f"{result}\n\ntorch's message on rank 0:\n{result.error}"
     value = only_true({
         "The first backward hangs, waiting for the head's gradient": hung,
-        "Training runs; the unused head's gradient is zero on every rank": not failed,
+        "Training runs; the unused head's gradient is zero on every rank": result is not None and not failed,
         "DDP raises in its constructor: it checks which parameters forward uses": failed and not second_forward,
         "The first step runs; the second forward raises RuntimeError: the reduction of the first never finished": (
             second_forward

@@ -1,0 +1,55 @@
+"""Planted worlds for the quiz experiments: a test changes the mechanism an experiment measures (monkeypatch) so
+that a wrong answer becomes true, and the experiment must then report that answer, not the keyed one.
+
+    @planted("02-ten-rows-four-devices")
+    def test_a_scatter_that_split_evenly_would_be_measured_as_3_3_2_2(monkeypatch):
+        monkeypatch.setattr(lesson02, "scatter", even_split)
+        reports("02-ten-rows-four-devices", "3, 3, 2, 2")
+
+``planted`` registers the test under its question id; ``tests/test_quiz_planted_every_question.py`` fails for a
+question of lessons 00-17 that no registered test plants a world for.
+"""
+
+from collections import defaultdict
+from collections.abc import Callable
+from typing import Any
+
+from dpcourse.quiz import Outcome, Question, load_lesson, run_experiment
+from dpcourse.quiz.lessons import LESSONS
+
+LAST_LESSON = 17  # lessons 00-17: Part III's quizzes are not written yet
+
+# The questions of lessons 00-17, by id. load_lesson per lesson, as all_questions() does, for these lessons only.
+QUESTIONS: dict[str, Question] = {
+    question.id: question
+    for lesson in LESSONS
+    if int(lesson[:2]) <= LAST_LESSON
+    for question in load_lesson(lesson)
+}
+
+# question id -> the tests that plant a world for it ("module.test_name")
+PLANTED: dict[str, set[str]] = defaultdict(set)
+
+
+def planted(question_id: str) -> Callable[[Callable], Callable]:
+    """Register the decorated test as one that plants a world where a distractor of ``question_id`` is true."""
+    if question_id not in QUESTIONS:
+        raise KeyError(f"No question {question_id!r} in lessons 00-{LAST_LESSON}.")
+
+    def register(test: Callable) -> Callable:
+        PLANTED[question_id].add(f"{test.__module__.rpartition('.')[2]}.{test.__name__}")
+        return test
+
+    return register
+
+
+def reports(question_id: str, distractor: Any) -> Outcome:
+    """Run ``question_id``'s experiment in the world the test planted; it must measure ``distractor``, a wrong
+    answer (for a choice question, one of its options)."""
+    question = QUESTIONS[question_id]
+    assert distractor != question.answer, f"{distractor!r} is {question_id}'s keyed answer, not a distractor"
+    if question.kind == "choice":
+        assert distractor in question.options, f"{distractor!r} is not an option of {question_id}"
+    outcome = run_experiment(question.experiment)
+    assert outcome.value == distractor, f"{question_id} measured {outcome.value!r}:\n{outcome.text}"
+    return outcome

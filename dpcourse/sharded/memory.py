@@ -14,9 +14,8 @@ holds therefore changes while the step runs; it is counted at its largest, kind 
 ``dpcourse.memory.accounting`` does:
 
 * parameters: the shards (after the step) plus the most all-gathered bytes seen, read just before each layer's
-  forward and whenever backward unpacks a saved tensor;
-* gradients: the most ``.grad`` bytes seen (shards and full), read after each full gradient is accumulated and
-  at the end of backward;
+  forward and, in backward, after each of its full gradients is accumulated (the layer is still gathered then);
+* gradients: the most ``.grad`` bytes seen (shards and full), read at the same moments and at the end of backward;
 * optimizer state, activations, outputs and loss, DDP's buckets: as ``dpcourse.ddp.memory`` counts them.
 
 ``dpcourse.memory.sharding`` predicts the same numbers from formulas, and says what neither counts.
@@ -63,11 +62,6 @@ class Watched:
         """The parameters all-gathered now: FSDP2 registers them on their layer while it runs."""
         return [p for p in self.model.parameters() if not isinstance(p, DTensor)]
 
-    def unpacked(self, tensor: torch.Tensor) -> torch.Tensor:
-        """A ``saved_tensors_hooks`` unpack hook: backward is about to use ``tensor``, so its layer is gathered."""
-        self.look()
-        return tensor
-
     def look(self, *_: object) -> None:
         self.gathered = max(self.gathered, storage_bytes(self.full()))
         self.gradients = max(self.gradients, storage_bytes(p.grad for p in self.model.parameters()))
@@ -99,6 +93,12 @@ def _build(setup: Setup, here: torch.device) -> tuple[nn.Module, torch.optim.Opt
     return model, make_optimizer(setup.optimizer, model.parameters()), watched
 
 
+def own_optimizer(optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
+    """The optimizer that holds this rank's state: ``ZeroRedundancyOptimizer`` keeps a plain one, ``.optim``, over
+    the parameters it gave this rank (``torch/distributed/optim/zero_redundancy_optimizer.py``)."""
+    return optimizer.optim if isinstance(optimizer, ZeroRedundancyOptimizer) else optimizer
+
+
 def _rank_bytes(setup: Setup) -> dict[str, int]:
     """One setup on this rank: a warm-up of three steps (DDP rebuilds its buckets in the second), one counted."""
     rank, here = dist.get_rank(), device()
@@ -117,13 +117,12 @@ def _rank_bytes(setup: Setup) -> dict[str, int]:
             loss = loss_fn(output, y)
         kept.add(output)
         kept.add(loss)
-        with torch.autograd.graph.saved_tensors_hooks(lambda t: t, watched.unpacked if watched else lambda t: t):
-            loss.backward()
+        loss.backward()
         gradients = storage_bytes(p.grad for p in model.parameters())
         optimizer.step()
         optimizer.zero_grad()
     counted = {"parameters": storage_bytes(model.parameters()), "gradients": gradients,
-               "optimizer_state": storage_bytes(state_tensors(getattr(optimizer, "optim", optimizer))),
+               "optimizer_state": storage_bytes(state_tensors(own_optimizer(optimizer))),
                "activations": activations.bytes, "outputs_and_loss": kept.bytes}
     if watched:
         counted["parameters"] += watched.gathered

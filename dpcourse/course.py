@@ -10,7 +10,12 @@ Everything that walks the course reads this list: ``notebooks/build.py`` (which 
 (``pytest -m lesson14`` runs everything lesson 14 owns).
 """
 
+import importlib
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -84,3 +89,56 @@ def lesson(key: str) -> Lesson:
         if key in (candidate.name, candidate.number):
             return candidate
     raise KeyError(f"No lesson {key!r}. Lessons: {', '.join(candidate.name for candidate in LESSONS)}.")
+
+
+class LessonRegistry(Mapping[str, T], Generic[T]):
+    """Every lesson's items of one kind, by name: quiz experiments, or checked exercises.
+
+    Each lesson's module (``module_of(lesson)``, e.g. ``dpcourse.exercises.lesson14``) ends with a tuple of them,
+    ``EXERCISES = (...)`` or ``EXPERIMENTS = (...)``. The modules are imported on first use, in course order, so
+    that importing ``dpcourse.quiz`` or ``dpcourse.exercises`` stays cheap; a name used twice is refused then.
+    """
+
+    def __init__(self, attribute: str, module_of: Callable[[Lesson], str | None], name_of: Callable[[T], str],
+                 kind: str) -> None:
+        self._attribute, self._module_of, self._name_of, self._kind = attribute, module_of, name_of, kind
+        self._items: dict[str, T] | None = None
+        self._lessons: dict[str, Lesson] = {}
+
+    def _loaded(self) -> dict[str, T]:
+        if self._items is None:
+            items: dict[str, T] = {}
+            for course_lesson in LESSONS:
+                module_name = self._module_of(course_lesson)
+                if module_name is None:
+                    continue
+                for item in getattr(importlib.import_module(module_name), self._attribute, ()):  # TODO strict
+                    name = self._name_of(item)
+                    if name in items:
+                        raise ValueError(f"Two {self._kind}s are called {name!r}: one in lesson "
+                                         f"{self._lessons[name].name}, one in {course_lesson.name}. Rename one.")
+                    items[name], self._lessons[name] = item, course_lesson
+            self._items = items
+        return self._items
+
+    def __getitem__(self, name: str) -> T:
+        items = self._loaded()
+        if name not in items:
+            raise KeyError(f"No {self._kind} is called {name!r}. Known: {', '.join(sorted(items))}.")
+        return items[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._loaded())
+
+    def __len__(self) -> int:
+        return len(self._loaded())
+
+    def lesson_of(self, name: str) -> Lesson:
+        """The lesson whose module declares ``name``."""
+        self[name]
+        return self._lessons[name]
+
+    def of(self, key: str) -> list[str]:
+        """The names declared by lesson ``key`` (name or number), in their module's order."""
+        wanted = lesson(key)
+        return [name for name in self._loaded() if self._lessons[name] == wanted]

@@ -27,10 +27,9 @@ def pytest_configure(config: pytest.Config) -> None:
 def _mark_lessons(items: list[pytest.Item]) -> None:
     """A lesson owns its notebooks (both editions), the tests of files marked ``pytestmark = pytest.mark.lessonNN``,
     and every test whose id names it (``14_accumulation`` or ``lesson14``) or one of its quiz experiments."""
-    from dpcourse.quiz.experiments import LESSON_MODULES
+    from dpcourse.quiz.experiments import EXPERIMENTS
 
-    owner_of_experiment = {function.__name__: module.__name__.rpartition(".")[2]
-                           for module in LESSON_MODULES for function in module.EXPERIMENTS}
+    owner_of_experiment = {name: EXPERIMENTS.lesson_of(name).marker for name in EXPERIMENTS}
     for item in items:
         parameters = item.nodeid.partition("[")[2]
         for lesson in course.LESSONS:

@@ -2,7 +2,9 @@
 lists the lessons."""
 
 import importlib
+import sys
 import tomllib
+import types
 from importlib import resources
 from pathlib import Path
 
@@ -51,3 +53,23 @@ def test_an_installed_copy_ships_the_student_edition_for_dpcourse_open():
 def test_pytest_marks_what_each_lesson_owns(pytestconfig):
     markers = {line.split(":")[0] for line in pytestconfig.getini("markers")}
     assert {lesson.marker for lesson in course.LESSONS} <= markers
+
+
+def test_a_registry_loads_each_lessons_tuple_on_first_use_and_refuses_a_name_used_twice(monkeypatch):
+    def twin():
+        """Runs nothing."""
+
+    first, second = types.ModuleType("fake_lesson_01"), types.ModuleType("fake_lesson_02")
+    first.THINGS, second.THINGS = (twin,), ()
+    modules = {"01_one_device": "fake_lesson_01", "02_scatter": "fake_lesson_02"}
+    monkeypatch.setitem(sys.modules, "fake_lesson_01", first)
+    monkeypatch.setitem(sys.modules, "fake_lesson_02", second)
+    things = course.LessonRegistry("THINGS", lambda lesson: modules.get(lesson.name), lambda f: f.__name__, "thing")
+    assert list(things) == ["twin"] and things.lesson_of("twin").name == "01_one_device"
+    assert things.of("01") == ["twin"] and things.of("02") == []
+    with pytest.raises(KeyError, match="No thing is called 'other'. Known: twin"):
+        things["other"]
+    second.THINGS = (twin,)
+    twice = course.LessonRegistry("THINGS", lambda lesson: modules.get(lesson.name), lambda f: f.__name__, "thing")
+    with pytest.raises(ValueError, match="Two things are called 'twin': one in lesson 01_one_device, one in 02"):
+        twice["twin"]

@@ -64,7 +64,6 @@ def _lesson_solutions() -> tuple[dict[str, Callable], dict[str, str]]:
     return solutions, lessons
 
 
-registry._load()
 SOLUTIONS, LESSONS = _lesson_solutions()
 # The capstone's six pieces are tested in test_capstone.py, with its own planted mistakes.
 NAMES = sorted(name for name in registry.EXERCISES if not name.startswith("capstone_"))
@@ -578,11 +577,6 @@ def test_a_planted_wrong_answer_fails(name: str, mistake: str) -> None:
 def test_check_names_the_known_exercises_for_an_unknown_name() -> None:
     with pytest.raises(KeyError, match="chunk_sizes"):
         exercises.check("chunk_size", lambda batch, n: [])
-
-
-def test_a_name_is_registered_once() -> None:
-    with pytest.raises(ValueError, match="chunk_sizes"):
-        exercises.register(registry.EXERCISES["chunk_sizes"])
 
 
 def test_a_case_gets_fresh_arguments_every_check() -> None:

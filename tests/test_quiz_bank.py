@@ -4,14 +4,13 @@ repeatable, and no import of torch's own parallel package anywhere in the quiz c
 import collections
 import inspect
 import tomllib
-import types
 from importlib import resources
 from pathlib import Path
 
 import pytest
 
+from dpcourse import course
 from dpcourse.quiz import EXPERIMENTS, LESSONS, all_questions, load_lesson
-from dpcourse.quiz.experiments import LESSON_MODULES, registry
 
 QUESTIONS = all_questions()
 QUIZ_CODE = Path(str(resources.files("dpcourse"))) / "quiz"
@@ -44,25 +43,14 @@ def test_every_experiment_is_used_by_a_question_and_documented():
 
 
 def test_each_lesson_file_uses_exactly_the_experiments_of_its_lesson_module():
-    modules = {module.__name__.rpartition(".")[2]: module for module in LESSON_MODULES}
-    assert sorted(modules) == [f"lesson{lesson[:2]}" for lesson in LESSONS]
+    assert [lesson.experiments_module for lesson in course.LESSONS if lesson.quiz] == [
+        f"dpcourse.quiz.experiments.lesson{lesson[:2]}" for lesson in LESSONS]
     for lesson in LESSONS:
         # The raw file, not the schema, so a name that does not resolve is reported here by name.
         tables = tomllib.loads((QUIZ_DATA / f"{lesson}.toml").read_text(encoding="utf-8"))["question"]
         named = [table["experiment"] for table in tables]
         assert [name for name in named if name not in EXPERIMENTS] == [], f"{lesson} names unknown experiments"
-        defined = [function.__name__ for function in modules[f"lesson{lesson[:2]}"].EXPERIMENTS]
-        assert sorted(named) == sorted(defined), f"{lesson}.toml and lesson{lesson[:2]}.EXPERIMENTS differ"
-
-
-def test_two_experiments_with_one_name_are_refused_naming_both_modules():
-    def twin():
-        """Runs nothing."""
-
-    first, second = types.ModuleType("lesson90"), types.ModuleType("lesson91")
-    first.EXPERIMENTS = second.EXPERIMENTS = (twin,)
-    with pytest.raises(ValueError, match="Two quiz experiments are called 'twin'.*lesson91.*rename one"):
-        registry([first, second])
+        assert sorted(named) == sorted(EXPERIMENTS.of(lesson)), f"{lesson}.toml and lesson{lesson[:2]}.py differ"
 
 
 def test_the_quiz_never_names_torchs_parallel_package():

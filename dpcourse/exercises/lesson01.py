@@ -4,7 +4,6 @@ import torch
 
 from .. import examples
 from .check import Case, Exercise, equals, first_difference
-from .registry import register
 
 
 def _gradients(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -> list[torch.Tensor]:
@@ -19,13 +18,13 @@ def _gradient_cases() -> list[Case]:
     ]
 
 
-register(Exercise(
+FULL_BATCH_GRADIENTS = Exercise(
     name="full_batch_gradients",
     task="Write full_batch_gradients(model, x, y): the gradients of examples.loss_fn(model(x), y) with respect to "
          "model.parameters(), as a list in the same order.",
     cases=_gradient_cases,
     judge=equals(_gradients),
-))
+)
 
 
 def _weights_judge(case: Case, answer) -> str | None:
@@ -41,7 +40,7 @@ def _every_chunk_split() -> list[Case]:
     return [Case(f"chunks {list(sizes)}", (list(sizes),)) for sizes in sorted(splits)]
 
 
-register(Exercise(
+CHUNK_LOSS_WEIGHTS = Exercise(
     name="chunk_loss_weights",
     task="Write chunk_loss_weights(sizes): one weight per chunk, so that the weighted sum of the chunks' mean "
          "losses equals the mean loss over the whole batch.",
@@ -54,4 +53,6 @@ register(Exercise(
     ],
     judge=_weights_judge,
     generated=_every_chunk_split,
-))
+)
+
+EXERCISES = (FULL_BATCH_GRADIENTS, CHUNK_LOSS_WEIGHTS)

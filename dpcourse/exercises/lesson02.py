@@ -3,7 +3,6 @@
 import torch
 
 from .check import Case, Exercise
-from .registry import register
 
 
 def _chunk_sizes(batch: int, n: int) -> list[int]:
@@ -37,7 +36,7 @@ def _every_batch_up_to_24_on_up_to_8_devices() -> list[Case]:
             for n in range(1, 9)]
 
 
-register(Exercise(
+CHUNK_SIZES = Exercise(
     name="chunk_sizes",
     task="Write chunk_sizes(batch, n): how many rows each replica gets when `batch` rows are scattered over "
          "`n` devices (the torch.chunk rule).",
@@ -51,7 +50,7 @@ register(Exercise(
     ],
     judge=_chunk_sizes_judge,
     generated=_every_batch_up_to_24_on_up_to_8_devices,
-))
+)
 
 
 def _views_judge(case: Case, answer) -> str | None:
@@ -81,7 +80,7 @@ def _every_batch_up_to_12_on_up_to_6_devices() -> list[Case]:
             for n in range(1, 7)]
 
 
-register(Exercise(
+SCATTER_ROWS = Exercise(
     name="scatter_rows",
     task="Write scatter_rows(x, n): the chunks torch.chunk would give, as views of x (no copies), "
          "by slicing x's rows.",
@@ -93,4 +92,6 @@ register(Exercise(
     ],
     judge=_views_judge,
     generated=_every_batch_up_to_12_on_up_to_6_devices,
-))
+)
+
+EXERCISES = (CHUNK_SIZES, SCATTER_ROWS)

@@ -6,7 +6,6 @@ import torch
 
 from .. import examples
 from .check import Case, Exercise, equals
-from .registry import register
 
 
 def _replicas_judge(case: Case, answer) -> str | None:
@@ -43,13 +42,13 @@ def _parameter_cases() -> list[Case]:
     ]
 
 
-register(Exercise(
+REPLICATE_PARAMETERS = Exercise(
     name="replicate_parameters",
     task="Write replicate_parameters(params, n): n lists of tensors, one per replica. List 0 holds the original "
          "tensors themselves; the others hold fresh copies that gradients can flow back through.",
     cases=_parameter_cases,
     judge=_replicas_judge,
-))
+)
 
 
 def _replicate_bytes(model: torch.nn.Module, n: int) -> int:
@@ -68,7 +67,7 @@ def _models_on_up_to_6_devices() -> list[Case]:
     return [Case(f"{name} on {n} devices", (make(), n)) for name, make in models.items() for n in range(1, 7)]
 
 
-register(Exercise(
+REPLICATE_BYTES = Exercise(
     name="replicate_bytes",
     task="Write replicate_bytes(model, n): how many bytes replicating `model` onto n devices copies "
          "(parameters and buffers).",
@@ -81,4 +80,6 @@ register(Exercise(
     ],
     judge=equals(_replicate_bytes),
     generated=_models_on_up_to_6_devices,
-))
+)
+
+EXERCISES = (REPLICATE_PARAMETERS, REPLICATE_BYTES)

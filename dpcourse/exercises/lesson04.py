@@ -5,7 +5,6 @@ import threading
 import torch
 
 from .check import Case, Exercise
-from .registry import register
 
 _WAIT = 1.0  # seconds a probe waits for the other replicas: only a wrong answer (one at a time) ever waits
 
@@ -53,7 +52,7 @@ def _threads_judge(case: Case, answer) -> str | None:
     return None
 
 
-register(Exercise(
+RUN_REPLICAS = Exercise(
     name="run_replicas",
     task="Write run_replicas(functions, inputs): call functions[i](inputs[i]) for every i, each in a new thread, "
          "all at once, and return the outputs in order (a single function runs inline, in the caller's thread).",
@@ -65,7 +64,7 @@ register(Exercise(
              "start all the threads first, then join them all"),
     ],
     judge=_threads_judge,
-))
+)
 
 
 def _call_in_thread(function, case: Case):
@@ -101,7 +100,7 @@ def _grad_mode_judge(case: Case, answer) -> str | None:
     return None
 
 
-register(Exercise(
+IN_CALLERS_GRAD_MODE = Exercise(
     name="in_callers_grad_mode",
     task="Write in_callers_grad_mode(function): a wrapper that, called later in any thread, runs function() "
          "with the grad mode that was on in the thread that made the wrapper.",
@@ -113,4 +112,6 @@ register(Exercise(
     ],
     judge=_grad_mode_judge,
     call=_call_in_thread,
-))
+)
+
+EXERCISES = (RUN_REPLICAS, IN_CALLERS_GRAD_MODE)

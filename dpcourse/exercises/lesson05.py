@@ -7,7 +7,6 @@ import torch
 
 from ..scatter_gather import gather
 from .check import Case, Exercise, first_difference, items
-from .registry import register
 
 Pair = namedtuple("Pair", ["logits", "features"])
 
@@ -46,7 +45,7 @@ def _judge(case: Case, answer) -> str | None:
     return _same_structure(_gathered(outputs), answer)
 
 
-register(Exercise(
+GATHER_TENSORS = Exercise(
     name="gather_tensors",
     task="Write gather_tensors(outputs): the replicas' output tensors concatenated along dim 0, with 0-d tensors "
          "(one loss per replica) turned into a vector, and the first output's dtype.",
@@ -59,7 +58,7 @@ register(Exercise(
         Case("a single replica", (_values(4, (5, 2)),)),
     ],
     judge=_judge,
-))
+)
 
 
 def _structure_cases() -> list[Case]:
@@ -75,10 +74,12 @@ def _structure_cases() -> list[Case]:
     ]
 
 
-register(Exercise(
+GATHER_STRUCTURE = Exercise(
     name="gather_structure",
     task="Write gather_structure(outputs): combine one output per replica that may be a tensor (concatenate on "
          "dim 0), None, or a dict, tuple, list or namedtuple of these, keeping the first output's structure.",
     cases=_structure_cases,
     judge=_judge,
-))
+)
+
+EXERCISES = (GATHER_TENSORS, GATHER_STRUCTURE)

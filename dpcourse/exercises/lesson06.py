@@ -9,7 +9,6 @@ from torch import nn
 from ..data_parallel import DataParallel
 from ..devices import devices
 from .check import Case, Exercise, equals
-from .registry import register
 
 
 def _grads(seed: int, replicas: int, *shapes: tuple[int, ...]) -> list[list[torch.Tensor]]:
@@ -29,7 +28,7 @@ def _random_replica_gradients() -> list[Case]:
             for replicas in range(1, 6) for count in range(1, 4)]
 
 
-register(Exercise(
+REDUCE_ADD = Exercise(
     name="reduce_add",
     task="Write reduce_add(grads_per_replica): grads_per_replica[r][j] is replica r's gradient of parameter j; "
          "return, for every parameter, the gradient the original model gets.",
@@ -42,7 +41,7 @@ register(Exercise(
     ],
     judge=equals(_reduce_add),
     generated=_random_replica_gradients,
-))
+)
 
 
 def _rows(seed: int, batch: int) -> torch.Tensor:
@@ -60,7 +59,7 @@ def _random_sizes() -> list[Case]:
     return cases
 
 
-register(Exercise(
+SPLIT_GRADIENT = Exercise(
     name="split_gradient",
     task="Write split_gradient(grad, sizes): the gathered output's gradient `grad` cut into one piece per "
          "replica, replica i getting the rows of its own chunk (sizes[i] rows).",
@@ -76,7 +75,7 @@ register(Exercise(
     ],
     judge=equals(lambda grad, sizes: list(grad.split(sizes))),
     generated=_random_sizes,
-))
+)
 
 
 class _ChunkMean(nn.Module):
@@ -97,7 +96,7 @@ def _every_batch_up_to_12_on_up_to_5_devices() -> list[Case]:
     return [Case(f"{batch} rows on {n} devices", (batch, n)) for batch in range(1, 13) for n in range(1, 6)]
 
 
-register(Exercise(
+SAMPLE_WEIGHTS = Exercise(
     name="sample_weights",
     task="Write sample_weights(batch, n): a tensor with the weight each sample's loss gets when n replicas "
          "return their chunk's mean loss and you average those means.",
@@ -110,4 +109,6 @@ register(Exercise(
     ],
     judge=equals(_sample_weights),
     generated=_every_batch_up_to_12_on_up_to_5_devices,
-))
+)
+
+EXERCISES = (REDUCE_ADD, SPLIT_GRADIENT, SAMPLE_WEIGHTS)

@@ -8,7 +8,6 @@ from .. import examples
 from ..data_parallel import DataParallel
 from ..devices import devices
 from .check import Case, Exercise, first_difference
-from .registry import register
 
 
 def _train_one_device(model: nn.Module, x: torch.Tensor, y: torch.Tensor, steps: int, lr: float) -> list:
@@ -32,7 +31,7 @@ def _weights_judge(case: Case, answer) -> str | None:
     return first_difference(case.context["expected"], answer, "weights", atol=1e-5)
 
 
-register(Exercise(
+TRAIN_ON_DEVICES = Exercise(
     name="train_on_devices",
     task="Write train_on_devices(model, x, y, n, steps, lr): train `model` for `steps` steps of plain SGD "
          "(p -= lr * p.grad) on the batch x, y with dpcourse.DataParallel on n devices, and return the model.",
@@ -46,7 +45,7 @@ register(Exercise(
         _training_case("7 rows, 3 devices, 2 steps", 7, 3, 2, 0.5),
     ],
     judge=_weights_judge,
-))
+)
 
 
 class _Holder(nn.Module):
@@ -63,7 +62,7 @@ def _prefix_case(description: str, model: nn.Module, hint: str = "") -> Case:
     return Case(description, (wrapped.state_dict(),), hint, {"expected": model.state_dict()})
 
 
-register(Exercise(
+BARE_STATE_DICT = Exercise(
     name="bare_state_dict",
     task="Write bare_state_dict(state_dict): the state_dict of a DataParallel model with each key's leading "
          "'module.' removed, so that it loads into the bare model.",
@@ -74,4 +73,6 @@ register(Exercise(
                      "only the leading 'module.' is DataParallel's: str.removeprefix, not str.replace"),
     ],
     judge=lambda case, answer: first_difference(case.context["expected"], answer, "state_dict"),
-))
+)
+
+EXERCISES = (TRAIN_ON_DEVICES, BARE_STATE_DICT)

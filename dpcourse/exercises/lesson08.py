@@ -7,7 +7,6 @@ import torch
 from .. import examples
 from ..scatter_gather import gather
 from .check import Case, Exercise
-from .registry import register
 
 
 def _per_replica_then_gather(function, case: Case) -> torch.Tensor:
@@ -39,7 +38,7 @@ def _case(description: str, batch: int, n: int, hint: str = "") -> Case:
     return Case(description, (output, y, n), hint)
 
 
-register(Exercise(
+PER_SAMPLE_LOSS = Exercise(
     name="per_sample_loss",
     task="Write per_sample_loss(output, target): the cross-entropy loss of every sample of a replica's chunk, "
          "so that gathering the replicas' results and taking .mean() gives the full-batch loss.",
@@ -51,4 +50,6 @@ register(Exercise(
     ],
     judge=_judge,
     call=_per_replica_then_gather,
-))
+)
+
+EXERCISES = (PER_SAMPLE_LOSS,)

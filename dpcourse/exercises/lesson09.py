@@ -1,7 +1,6 @@
 """Lesson 09's exercise: the bytes one DataParallel training step moves."""
 
 from .check import Case, Exercise, equals
-from .registry import register
 
 
 def _bytes_per_step(parameter_bytes: int, n: int) -> dict[str, int]:
@@ -12,7 +11,7 @@ def _sizes_on_up_to_8_devices() -> list[Case]:
     return [Case(f"{p} bytes on {n} devices", (p, n)) for p in (1, 4, 1000, 3 * 2**20) for n in range(1, 9)]
 
 
-register(Exercise(
+BYTES_PER_STEP = Exercise(
     name="bytes_per_step",
     task="Write bytes_per_step(parameter_bytes, n): a dict with the bytes one training step copies out to the "
          "replicas ('replicate') and sums back onto devices[0] ('reduce-add'), for a model of parameter_bytes "
@@ -26,4 +25,6 @@ register(Exercise(
     ],
     judge=equals(_bytes_per_step),
     generated=_sizes_on_up_to_8_devices,
-))
+)
+
+EXERCISES = (BYTES_PER_STEP,)

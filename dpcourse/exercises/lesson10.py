@@ -4,7 +4,6 @@ import torch
 from torch.utils.data import DistributedSampler
 
 from .check import Case, Exercise, equals, first_difference
-from .registry import register
 
 
 def _ring_judge(case: Case, answer) -> str | None:
@@ -28,7 +27,7 @@ def _ranks(seed: int, n: int, length: int) -> list[torch.Tensor]:
     return [torch.randn(length, generator=generator) for _ in range(n)]
 
 
-register(Exercise(
+RING_ALL_REDUCE = Exercise(
     name="ring_all_reduce",
     task="Write ring_all_reduce(tensors): tensors[r] is rank r's gradient. Simulate a ring all-reduce (each "
          "tensor cut into n pieces; reduce-scatter, then all-gather, each rank sending one piece per step to "
@@ -43,7 +42,7 @@ register(Exercise(
         Case("1 rank", (_ranks(3, 1, 3),), "one rank sends nothing"),
     ],
     judge=_ring_judge,
-))
+)
 
 
 def _distributed_indices(batch: int, rank: int, world: int) -> list[int]:
@@ -55,7 +54,7 @@ def _every_rank_of_up_to_5() -> list[Case]:
             for world in range(1, 6) for rank in range(world)]
 
 
-register(Exercise(
+DISTRIBUTED_INDICES = Exercise(
     name="distributed_indices",
     task="Write distributed_indices(batch, rank, world): the sample indices DistributedSampler(shuffle=False) "
          "gives rank `rank` of `world` ranks, for a data set of `batch` samples.",
@@ -68,4 +67,6 @@ register(Exercise(
     ],
     judge=equals(_distributed_indices),
     generated=_every_rank_of_up_to_5,
-))
+)
+
+EXERCISES = (RING_ALL_REDUCE, DISTRIBUTED_INDICES)

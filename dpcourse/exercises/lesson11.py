@@ -9,7 +9,6 @@ from torch import nn
 from ..data_parallel import DataParallel
 from ..devices import devices
 from .check import Case, Exercise, equals
-from .registry import register
 
 
 class _MeanOf(nn.Module):
@@ -27,7 +26,7 @@ def _every_batch_up_to_10_on_up_to_5_devices() -> list[Case]:
     return [Case(f"{batch} rows on {n} devices", (batch, n)) for batch in range(1, 11) for n in range(1, 6)]
 
 
-register(Exercise(
+SCALAR_OUTPUT_SHAPE = Exercise(
     name="scalar_output_shape",
     task="Write scalar_output_shape(batch, n): the shape, as a tuple, of dp(x) when x has `batch` rows, dp runs "
          "on n devices, and the module returns x.mean(), a 0-d tensor.",
@@ -39,7 +38,7 @@ register(Exercise(
     ],
     judge=equals(_scalar_output_shape),
     generated=_every_batch_up_to_10_on_up_to_5_devices,
-))
+)
 
 
 class _Counts(nn.Module):
@@ -63,7 +62,7 @@ def _after_forwards(k: int, n: int) -> tuple[int, int]:
     return counts.calls, int(counts.forwards)
 
 
-register(Exercise(
+AFTER_FORWARDS = Exercise(
     name="after_forwards",
     task="Write after_forwards(k, n): a pair, the model's `self.calls` (an int, `self.calls += 1` in forward) and "
          "its registered buffer `forwards` (`self.forwards += 1` in forward, as an int), after k forwards on n "
@@ -76,4 +75,6 @@ register(Exercise(
              "an in-place change of a buffer on replica 0 changes the model's own buffer: replica 0 aliases it"),
     ],
     judge=equals(_after_forwards),
-))
+)
+
+EXERCISES = (SCALAR_OUTPUT_SHAPE, AFTER_FORWARDS)

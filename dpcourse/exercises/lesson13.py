@@ -12,7 +12,6 @@ import torch
 from dpcourse.ddp import learner
 
 from .check import Case, Exercise, first_difference
-from .registry import register
 
 SLOW = (f"starting the ranks (a few seconds); ranks that wait for each other are stopped after "
         f"{learner.TIMEOUT:g} s")
@@ -75,7 +74,7 @@ def _judge_ring(case: Case, answer: list[dict]) -> str | None:
     return None
 
 
-register(Exercise(
+REDUCE_THEN_BROADCAST = Exercise(
     name="reduce_then_broadcast",
     task="Write reduce_then_broadcast(tensor), run on every rank: every rank but 0 sends its tensor to rank 0, "
          "which adds them into its own and sends the sum back. Afterwards every rank's tensor holds the sum, in "
@@ -89,9 +88,9 @@ register(Exercise(
     judge=_judge_reduce_then_broadcast,
     call=_on_ranks,
     slow=SLOW,
-))
+)
 
-register(Exercise(
+RING_ALL_REDUCE_ON_RANKS = Exercise(
     name="ring_all_reduce_on_ranks",
     task="Write ring_all_reduce_on_ranks(tensor), run on every rank: sum the tensor over all ranks in place, as "
          "dist.all_reduce(tensor) does, with a ring: cut it into n pieces (tensor.view(-1).tensor_split(n)); "
@@ -109,4 +108,6 @@ register(Exercise(
     judge=_judge_ring,
     call=_on_ranks,
     slow=SLOW,
-))
+)
+
+EXERCISES = (REDUCE_THEN_BROADCAST, RING_ALL_REDUCE_ON_RANKS)

@@ -8,7 +8,6 @@ from .. import examples
 from ..data_parallel import DataParallel
 from ..devices import devices
 from .check import Case, Exercise, first_difference
-from .registry import register
 
 
 def _loss_weights(sizes: list[int]) -> list[float]:
@@ -33,7 +32,7 @@ def _every_micro_batching() -> list[Case]:
     return [Case(f"micro-batches {list(sizes)}", (list(sizes),)) for sizes in sorted(splits)]
 
 
-register(Exercise(
+LOSS_WEIGHTS = Exercise(
     name="loss_weights",
     task="Write loss_weights(sizes): sizes[k] is the number of rows of micro-batch k, and each micro-batch's loss "
          "is the mean over its rows. Return the number to multiply each loss by before its backward, so that the "
@@ -47,7 +46,7 @@ register(Exercise(
     ],
     judge=_weights_judge,
     generated=_every_micro_batching,
-))
+)
 
 
 def _accumulation_case(description: str, batch: int, micro_batch: int, n_devices: int, hint: str = "") -> Case:
@@ -73,7 +72,7 @@ def _gradients_judge(case: Case, answer: list) -> str | None:
     return first_difference(case.context["expected"], answer, "gradients (parameters() order)", atol=1e-5)
 
 
-register(Exercise(
+ACCUMULATE_GRADIENTS = Exercise(
     name="accumulate_gradients",
     task="Write accumulate_gradients(model, x, y, micro_batch): cut x, y into micro-batches of micro_batch rows "
          "(the last may be shorter), and backward each one's examples.loss_fn, weighted so that after the loop "
@@ -91,5 +90,6 @@ register(Exercise(
     ],
     judge=_gradients_judge,
     call=_gradients_after,
-))
+)
 
+EXERCISES = (LOSS_WEIGHTS, ACCUMULATE_GRADIENTS)

@@ -11,7 +11,6 @@ from dpcourse import memory
 from dpcourse.memory import MLP, Setup
 
 from .check import Case, Exercise, equals, first_difference
-from .registry import register
 
 
 def _optimizer_state_bytes(parameters: list[torch.Tensor], optimizer: str) -> int:
@@ -35,7 +34,7 @@ def _shapes_dtypes_and_optimizers() -> list[Case]:
             for optimizer in memory.OPTIMIZERS]
 
 
-register(Exercise(
+OPTIMIZER_STATE_BYTES = Exercise(
     name="optimizer_state_bytes",
     task="Write optimizer_state_bytes(parameters, optimizer): the bytes torch's optimizer ('SGD', 'SGD with "
          "momentum' or 'Adam') keeps in optimizer.state for these parameters after its first step.",
@@ -50,7 +49,7 @@ register(Exercise(
     ],
     judge=equals(_optimizer_state_bytes),
     generated=_shapes_dtypes_and_optimizers,
-))
+)
 
 
 def _surplus_case(description: str, hint: str, devices: int, **setup: object) -> Case:
@@ -72,7 +71,7 @@ def _surplus_cases() -> list[Case]:
     ]
 
 
-register(Exercise(
+DEVICE0_SURPLUS = Exercise(
     name="device0_surplus",
     task="Write device0_surplus(one_device): one_device maps each kind of memory ('parameters', 'gradients', "
          "'optimizer state', 'activations', 'outputs and loss', ...) to the bytes one device holds when it trains "
@@ -80,4 +79,6 @@ register(Exercise(
          "same model, batch and optimizer (the batch splits evenly).",
     cases=_surplus_cases,
     judge=lambda case, answer: first_difference(case.context["answer"], answer, "device 0 - device 1"),
-))
+)
+
+EXERCISES = (OPTIMIZER_STATE_BYTES, DEVICE0_SURPLUS)

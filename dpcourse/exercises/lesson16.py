@@ -7,7 +7,6 @@ import torch
 
 from .. import examples
 from .check import Case, Exercise, first_difference
-from .registry import register
 
 
 def _autocast_case(description: str, dtype: torch.dtype | None, hint: str = "") -> Case:
@@ -46,7 +45,7 @@ def _autocast_judge(case: Case, answer: tuple) -> str | None:
     return first_difference(expected, output.detach(), "output", atol=1e-2)
 
 
-register(Exercise(
+IN_THREAD_WITH_AUTOCAST = Exercise(
     name="in_thread_with_autocast",
     task="Write in_thread_with_autocast(function, x): call function(x) in a new threading.Thread, under the "
          "caller's CPU autocast state (whether it is on, and its dtype), wait for it, and return the result.",
@@ -59,7 +58,7 @@ register(Exercise(
     ],
     judge=_autocast_judge,
     call=_call_under_autocast,
-))
+)
 
 
 def _next_scale(scale: float, found_inf: bool, good_steps: int, growth_interval: int) -> tuple[float, int]:
@@ -84,7 +83,7 @@ def _every_scaler_state() -> list[Case]:
             for good in range(interval)]
 
 
-register(Exercise(
+NEXT_SCALE = Exercise(
     name="next_scale",
     task="Write next_scale(scale, found_inf, good_steps, growth_interval): what GradScaler.update() does with its "
          "defaults (backoff_factor 0.5, growth_factor 2). good_steps counts the steps in a row without an inf or "
@@ -99,4 +98,6 @@ register(Exercise(
     ],
     judge=_scale_judge,
     generated=_every_scaler_state,
-))
+)
+
+EXERCISES = (IN_THREAD_WITH_AUTOCAST, NEXT_SCALE)

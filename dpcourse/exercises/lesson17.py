@@ -5,7 +5,6 @@ import torch
 from torch.utils.data import DistributedSampler
 
 from .check import Case, Exercise, equals, first_difference
-from .registry import register
 
 
 def _epoch_indices(samples: int, rank: int, world: int, epoch: int, seed: int) -> list[int]:
@@ -21,7 +20,7 @@ def _every_rank_epoch_and_seed() -> list[Case]:
             for seed in (0, 7)]
 
 
-register(Exercise(
+EPOCH_INDICES = Exercise(
     name="epoch_indices",
     task="Write epoch_indices(samples, rank, world, epoch, seed): the sample indices DistributedSampler(shuffle=True, "
          "seed=seed) gives rank `rank` of `world` ranks in epoch `epoch` (after set_epoch(epoch)), in order, for a "
@@ -38,7 +37,7 @@ register(Exercise(
     ],
     judge=equals(_epoch_indices),
     generated=_every_rank_epoch_and_seed,
-))
+)
 
 
 def _shards(seed: int, sizes: list[int], channels: int) -> list[torch.Tensor]:
@@ -75,7 +74,7 @@ def _random_shards() -> list[Case]:
     return cases
 
 
-register(Exercise(
+GLOBAL_BATCH_STATS = Exercise(
     name="global_batch_stats",
     task="Write global_batch_stats(means, variances, counts): means and variances are (ranks, channels), each "
          "rank's shard mean and biased variance; counts is (ranks,), its number of samples. Return (mean, "
@@ -90,4 +89,6 @@ register(Exercise(
     ],
     judge=_stats_judge,
     generated=_random_shards,
-))
+)
+
+EXERCISES = (EPOCH_INDICES, GLOBAL_BATCH_STATS)

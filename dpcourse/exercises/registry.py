@@ -1,28 +1,27 @@
-"""Every exercise of the course by name, and ``check(name, function)``, the call a lesson's check cell makes."""
+"""Every exercise of the course by name, and ``check(name, function)``, the call a lesson's check cell makes.
 
-import importlib
+Each lesson's exercises module (``dpcourse.course``: ``lesson.exercises_module``) ends with
+``EXERCISES = (...)``, as its quiz experiments module ends with ``EXPERIMENTS = (...)``; both are collected
+by a ``course.LessonRegistry`` the first time one is looked up.
+"""
+
+import sys
 from collections.abc import Callable
 
-from ..course import LESSONS
+from ..course import LessonRegistry
 from ..progress import Progress
 from .check import NOT_ATTEMPTED, Exercise, Report, run
 
-EXERCISES: dict[str, Exercise] = {}
-# Imported on the first check, so that importing dpcourse.exercises stays cheap; the course's index names them.
-LESSON_MODULES = [lesson.exercises_module for lesson in LESSONS if lesson.exercises]
+EXERCISES: LessonRegistry[Exercise] = LessonRegistry(
+    "EXERCISES", lambda lesson: lesson.exercises_module, lambda exercise: exercise.name, "exercise")
 
 
 def register(exercise: Exercise) -> Exercise:
-    """Add ``exercise`` to ``EXERCISES``; a name may be used once."""
-    if exercise.name in EXERCISES:
-        raise ValueError(f"Two exercises are called {exercise.name!r}: give one of them another name.")
-    EXERCISES[exercise.name] = exercise
+    """Add ``exercise`` to its module's ``EXERCISES`` (for modules not yet ending with the tuple)."""
+    module = sys.modules[exercise.cases.__module__]
+    module.__dict__.setdefault("EXERCISES", [])
+    module.EXERCISES = [*module.EXERCISES, exercise]
     return exercise
-
-
-def _load() -> None:
-    for module in LESSON_MODULES:
-        importlib.import_module(module)
 
 
 def check(name: str, function: Callable) -> Report:
@@ -31,23 +30,13 @@ def check(name: str, function: Callable) -> Report:
     A check of a function the learner wrote (not an untouched stub) is recorded in their progress file
     (``dpcourse.progress``), passed or not, so that ``ProgressSummary`` can count the exercises passed.
     """
-    _load()
-    if name not in EXERCISES:
-        raise KeyError(f"No exercise is called {name!r}. Known exercises: {', '.join(sorted(EXERCISES))}.")
     exercise = EXERCISES[name]
     report = run(exercise, function)
     if report.status != NOT_ATTEMPTED:
-        Progress().record_exercise(name, lesson_of(exercise), report.passed)
+        Progress().record_exercise(name, EXERCISES.lesson_of(name).name, report.passed)
     return report
 
 
-def lesson_of(exercise: Exercise) -> str:
-    """The lesson whose module registered ``exercise`` (its cases are defined there)."""
-    module = exercise.cases.__module__
-    return next(lesson.name for lesson in LESSONS if lesson.exercises_module == module)
-
-
 def exercises_of(lesson: str) -> list[str]:
-    """The names of ``lesson``'s exercises, in the order they were registered."""
-    _load()
-    return [name for name, exercise in EXERCISES.items() if lesson_of(exercise) == lesson]
+    """The names of ``lesson``'s exercises, in their module's order."""
+    return EXERCISES.of(lesson)

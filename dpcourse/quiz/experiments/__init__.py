@@ -9,52 +9,23 @@ a small ``nn.Module`` that one lesson uses stays in that lesson's module.
 Adding a lesson's experiments (say lesson 13, ``quizzes/13_collectives.toml``):
 
 1. write ``lesson13.py`` with the experiment functions, each with a docstring, and end it with
-   ``EXPERIMENTS = (first_experiment, second_experiment)``. Code written for the old ``@experiment``
-   decorator (``quiz/experiments_lesson13.py``) converts by moving it here, deleting the decorators, importing
-   ``Outcome`` and ``only_true`` from ``..outcome`` and the shared helpers from ``..lab`` under their new names,
-   and listing the functions in that tuple;
-2. give its record in ``dpcourse.course.LESSONS`` ``quiz=True`` (the default): ``LESSON_MODULES`` imports
-   ``lessonNN`` for each lesson with a quiz.
+   ``EXPERIMENTS = (first_experiment, second_experiment)`` (the same pattern as the exercises' ``EXERCISES``);
+2. give its record in ``dpcourse.course.LESSONS`` ``quiz=True`` (the default): ``EXPERIMENTS`` imports
+   ``lessonNN`` for each lesson with a quiz, the first time an experiment is looked up.
 
 ``tests/test_quiz_bank.py`` checks that every lesson with a quiz has its module, that every
 ``experiment = "..."`` in lesson NN's file names a function in ``lessonNN.EXPERIMENTS``, and that every such
-function is used there. A name used twice in the course is refused when this package is imported.
+function is used there. A name used twice in the course is refused when the experiments are loaded.
 """
 
-import importlib
-from collections.abc import Iterable
-from types import ModuleType
-
-from ...course import LESSONS
+from ...course import LessonRegistry
 from ..outcome import Experiment, Outcome
 
-# In course order: lesson NN's questions are quizzes/NN_<name>.toml, its experiments lessonNN.py (dpcourse.course).
-LESSON_MODULES: tuple[ModuleType, ...] = tuple(
-    importlib.import_module(lesson.experiments_module) for lesson in LESSONS if lesson.quiz
-)
-
-
-def registry(modules: Iterable[ModuleType]) -> dict[str, Experiment]:
-    """Every experiment of ``modules``, by function name; ``ValueError`` if two share a name."""
-    experiments: dict[str, Experiment] = {}
-    defined_in: dict[str, str] = {}
-    for module in modules:
-        for function in module.EXPERIMENTS:
-            name = function.__name__
-            if name in experiments:
-                raise ValueError(
-                    f"Two quiz experiments are called {name!r}: one in {defined_in[name]}, one in {module.__name__}. "
-                    "A question names its experiment by function name: rename one of them."
-                )
-            experiments[name], defined_in[name] = function, module.__name__
-    return experiments
-
-
-EXPERIMENTS: dict[str, Experiment] = registry(LESSON_MODULES)
+# Lesson NN's questions are quizzes/NN_<name>.toml, its experiments lessonNN.py (dpcourse.course), loaded on first use.
+EXPERIMENTS: LessonRegistry[Experiment] = LessonRegistry(
+    "EXPERIMENTS", lambda lesson: lesson.experiments_module, lambda function: function.__name__, "quiz experiment")
 
 
 def run_experiment(name: str) -> Outcome:
     """Run the experiment called ``name`` and return its ``Outcome``."""
-    if name not in EXPERIMENTS:
-        raise KeyError(f"No experiment called {name!r}. Known experiments: {', '.join(sorted(EXPERIMENTS))}.")
     return EXPERIMENTS[name]()

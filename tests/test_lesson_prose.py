@@ -44,15 +44,17 @@ TERMS = {
     "intra-op threads": re.compile(r"\bintra-op\b", re.IGNORECASE),
     "cuDNN": re.compile(r"\bcuDNN\b"),
 }
-# Defined in the glossary and linked at first use in lessons 00-08; lessons 09-17 use them too and join the
-# rule (move the term into TERMS) once their first uses link to the glossary.
-TERMS_LINKED_UP_TO_08 = {
+# Defined in the glossary and linked at first use in lessons 00-17; lessons 18-21 join the rule (move the term
+# into TERMS) once their first uses link to the glossary.
+TERMS_LINKED_UP_TO_17 = {
     "rank": re.compile(r"\branks?\b", re.IGNORECASE),
     "process group": re.compile(r"\bprocess[ -]groups?\b", re.IGNORECASE),
     "autocast": re.compile(r"\bautocast\b", re.IGNORECASE),
     "FSDP": re.compile(r"\bFSDP\b"),
     "ZeRO": re.compile(r"\bZeRO\b"),
 }
+# Part III's terms (lessons 18-21), defined in the glossary; they join the rule above once those lessons link them.
+TERMS_OF_PART_III = ("shard", "ZeRO stage", "reshard", "device mesh", "DTensor")
 GLOSSARY_LINK = re.compile(r"\[([^\]]+)\]\((?:00_start_here\.ipynb)?#Glossary\)")
 
 
@@ -112,7 +114,7 @@ def test_the_glossary_defines_every_term() -> None:
     glossary = next((cell for cell in cells if cell.startswith("## Glossary")), None)
     assert glossary is not None, f"{GLOSSARY_LESSON} needs a '## Glossary' section"
     defined = set(re.findall(r"^\| \*\*(.+?)\*\* \|", glossary, flags=re.MULTILINE))
-    expected = set(TERMS) | set(TERMS_LINKED_UP_TO_08)
+    expected = set(TERMS) | set(TERMS_LINKED_UP_TO_17) | set(TERMS_OF_PART_III)
     assert defined == expected, f"the glossary defines {sorted(defined)}, the rule expects {sorted(expected)}"
 
 
@@ -133,7 +135,7 @@ def test_glossary_terms_are_linked_at_first_use(path: Path) -> None:
     if path.stem == GLOSSARY_LESSON:
         cells = [cell for cell in cells if not cell.startswith("## Glossary")]
     text = "\n".join(cells)
-    terms = TERMS | (TERMS_LINKED_UP_TO_08 if path.stem < "09" else {})
+    terms = TERMS | (TERMS_LINKED_UP_TO_17 if path.stem < "18" else {})
     unlinked = {name: line for name, term in terms.items() if (line := _first_use_unlinked(text, term))}
     link = f"[term]({GLOSSARY_LESSON}.ipynb#Glossary)"
     assert not unlinked, f"{path.name}: link each term's first use to the glossary, {link}: {unlinked}"

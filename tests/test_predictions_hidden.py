@@ -1,18 +1,25 @@
 """Predict, then run: no output that gives a quiz's answer away is visible before the learner answers.
 
-A lesson asks questions with ``quiz.ask("id")``, or all of a lesson's with ``quiz.ask_lesson("lesson")``. For
-every question asked, ``CLUES`` holds text that an output revealing its answer shows: an exact shape, a count,
-an error message. Every output that holds a clue, in both committed editions, must sit in a cell whose outputs
-start collapsed (``jupyter.outputs_hidden``, which notebooks/build.py sets for a cell tagged
-``reveals-answer``), and the static site must show each such output inside a closed ``<details>``
-(docs/build_site.py; tests/browser/test_static_site.py checks it in Chromium).
+A lesson asks questions with ``quiz.ask("id")``, or all of a lesson's with ``quiz.ask_lesson("lesson")``, and
+shows an answer in a cell tagged ``reveals-answer`` whose code is ``with quiz.reveal("id"):`` (dpcourse/quiz/
+reveal.py). For every question asked, ``CLUES`` holds text that an output revealing its answer shows: an exact
+shape, a count, an error message. What a person sees:
 
-A question with no entry fails here: whoever adds a quiz to a lesson names what gives its answer away, tags
-that cell ``reveals-answer`` in notebooks/src/, and rebuilds both editions (docs/instructor.md, "Quizzes that
-are not given away"). Prose is not checked: the markdown between a quiz and its revealing cell must not state
-the answer either.
+* the student edition (what a learner opens) stores no output that holds a clue, and no output at all in a
+  ``reveals-answer`` cell, which nbval does not compare there (notebooks/build.py); in the learner's kernel
+  ``quiz.reveal`` keeps the result hidden until the quiz is answered (tests/browser/test_answers_hidden.py
+  checks it in Chromium, fresh and after Run All);
+* the instructor edition stores the real outputs, each clue inside a ``reveals-answer`` cell that comes after
+  its quiz and names it in ``quiz.reveal``; those outputs start collapsed, and the static site, built from the
+  instructor edition, shows each inside a closed ``<details>`` (docs/build_site.py).
+
+A question with no entry fails here: whoever adds a quiz to a lesson names what gives its answer away, writes
+the cell that shows it as ``with quiz.reveal("id"):`` tagged ``reveals-answer`` in notebooks/src/, and rebuilds
+both editions (docs/instructor.md, "Quizzes that are not given away"). Prose is not checked: the markdown
+between a quiz and its revealing cell must not state the answer either.
 """
 
+import ast
 import functools
 import re
 from pathlib import Path
@@ -31,7 +38,9 @@ SOURCES = [NOTEBOOKS / "src" / f"{lesson.name}.py" for lesson in course.LESSONS]
 EDITIONS = {"instructor": NOTEBOOKS, "student": NOTEBOOKS / "student"}
 ASK = re.compile(r"""quiz\.ask\(\s*["']([\w.-]+)["']""")
 ASK_LESSON = re.compile(r"""quiz\.ask_lesson\(\s*["'](\w+)["']""")
+REVEAL = re.compile(r"quiz\.reveal\(([^)]*)\)")
 REVEALS_ANSWER = "reveals-answer"
+NBVAL_IGNORE = "nbval-ignore-output"
 
 # Question id -> text of the outputs that give its answer away. () when no output of the lessons that ask it
 # does: its answer shows only in the quiz's own explanation and experiment, which appear after an answer.
@@ -131,7 +140,6 @@ def outputs_hidden(cell: nbformat.NotebookNode) -> bool:
 
 
 LESSONS = [source.stem for source in SOURCES]
-PAIRS = [(edition, lesson) for edition in EDITIONS for lesson in LESSONS]
 
 
 @pytest.mark.parametrize("lesson", LESSONS)
@@ -162,32 +170,92 @@ def test_every_clue_is_in_an_output_of_a_lesson_that_asks(question):
     assert not stale, f"{question}: no output of the lessons that ask it shows {stale}; update CLUES"
 
 
-@pytest.mark.parametrize(("edition", "lesson"), PAIRS, ids=[f"{e}-{n}" for e, n in PAIRS])
-def test_outputs_that_reveal_an_answer_start_collapsed(edition, lesson):
-    notebook = nbformat.read(EDITIONS[edition] / f"{lesson}.ipynb", as_version=4)
-    visible = [
+def revealed(code: str) -> tuple[str, ...]:
+    """The question ids a piece of lesson code names in ``quiz.reveal(...)``, in order."""
+    return tuple(q for call in REVEAL.findall(code) for q in re.findall(r"""["']([\w.-]+)["']""", call))
+
+
+def tagged(cell: nbformat.NotebookNode) -> bool:
+    return cell.cell_type == "code" and REVEALS_ANSWER in cell.metadata.get("tags", [])
+
+
+def visible_clues(lesson: str, cells: list[tuple[int, nbformat.NotebookNode]]) -> list[str]:
+    return [
         f"cell {index} shows {clue!r} ({question})"
-        for index, cell in enumerate(notebook.cells)
-        if cell.cell_type == "code" and not outputs_hidden(cell)
+        for index, cell in cells
         for question in questions_of(lesson)
         for clue in CLUES.get(question, ())
         if clue in cell_text(cell)
     ]
-    assert not visible, (
-        f"{edition} edition of {lesson}: outputs that give a quiz's answer away are visible:\n  "
-        + "\n  ".join(visible)
-        + f"\nTag those cells reveals-answer in notebooks/src/{lesson}.py and rebuild both editions."
+
+
+@pytest.mark.parametrize("lesson", LESSONS)
+def test_the_student_edition_stores_no_output_that_gives_an_answer_away(lesson):
+    notebook = nbformat.read(EDITIONS["student"] / f"{lesson}.ipynb", as_version=4)
+    code = [(index, cell) for index, cell in enumerate(notebook.cells) if cell.cell_type == "code"]
+    visible = visible_clues(lesson, code)
+    stored = [index for index, cell in code if tagged(cell) and cell.outputs]
+    unchecked = [index for index, cell in code if tagged(cell) and NBVAL_IGNORE not in cell.metadata["tags"]]
+    assert not visible and not stored and not unchecked, (
+        f"student edition of {lesson}: outputs that give a quiz's answer away: {visible}; {REVEALS_ANSWER} cells "
+        f"with stored outputs: {stored}; without {NBVAL_IGNORE}: {unchecked}. Show each answer in a "
+        f"{REVEALS_ANSWER} cell (`with quiz.reveal(\"id\"):`) in notebooks/src/{lesson}.py and rebuild both editions."
     )
 
 
 @pytest.mark.parametrize("lesson", LESSONS)
-def test_a_collapsed_output_follows_a_quiz(lesson):
-    """The site's note says "answer the quiz above first": a tagged cell with no quiz above it is a mistake."""
+def test_the_instructor_edition_shows_each_answer_after_its_quiz_in_a_revealing_cell(lesson):
+    """Real outputs, each clue in a collapsed ``reveals-answer`` cell at or after the reveal that names its quiz."""
+    notebook = nbformat.read(EDITIONS["instructor"] / f"{lesson}.ipynb", as_version=4)
+    problems = []
+    for index, cell in enumerate(notebook.cells):
+        if cell.cell_type != "code":
+            continue
+        if tagged(cell) and not (cell.outputs and outputs_hidden(cell)):
+            problems.append(f"cell {index} is tagged {REVEALS_ANSWER} but stores no output, or not collapsed")
+        for question in questions_of(lesson):
+            clues = [clue for clue in CLUES.get(question, ()) if clue in cell_text(cell)]
+            named = any(question in revealed(earlier.source) for earlier in notebook.cells[: index + 1])
+            if clues and not (tagged(cell) and named):
+                problems.append(f"cell {index} shows {clues[0]!r} outside a reveal of {question}")
+    assert not problems, f"instructor edition of {lesson}:\n  " + "\n  ".join(problems)
+
+
+def shows_nothing(statement: ast.stmt) -> bool:
+    """A statement of a ``with`` block that a cell would show if it were its last, but the block shows nothing
+    of: a bare expression other than a call (a name, an attribute), or a figure made by ``viz`` and dropped."""
+    if not isinstance(statement, ast.Expr):
+        return False
+    value = statement.value
+    return not isinstance(value, ast.Call) or ast.unparse(value.func).startswith("viz.")
+
+
+def test_a_dropped_figure_or_a_bare_expression_in_a_block_is_found():
+    block = 'with quiz.reveal("02-x"):\n    viz.chunk_split(10, 4)\n    shapes\n    print(shapes)\n    hook.remove()\n'
+    assert [shows_nothing(statement) for statement in ast.parse(block).body[0].body] == [True, True, False, False]
+
+
+@pytest.mark.parametrize("lesson", LESSONS)
+def test_every_reveal_follows_its_quiz_and_hides_its_whole_output(lesson):
+    """Tagged cells are exactly the ``quiz.reveal`` cells; each names quizzes asked above it; the block is the
+    cell's last statement, and it prints or displays what it shows, never a bare expression it would drop."""
     cells = jupytext.read(NOTEBOOKS / "src" / f"{lesson}.py", fmt="py:percent").cells
-    first_quiz = next((i for i, cell in enumerate(cells) if cell.cell_type == "code" and asked(cell.source)), None)
-    tagged = [i for i, cell in enumerate(cells) if REVEALS_ANSWER in cell.metadata.get("tags", [])]
-    early = [i for i in tagged if first_quiz is None or i < first_quiz]
-    assert not early, f"{lesson}: cells {early} are tagged {REVEALS_ANSWER} but no quiz comes before them"
+    problems, asked_so_far = [], set()
+    for index, cell in enumerate(cells):
+        if cell.cell_type != "code":
+            continue
+        if tagged(cell) != bool(revealed(cell.source)):
+            problems.append(f"cell {index}: tagged {REVEALS_ANSWER} exactly when it calls quiz.reveal")
+        if not_asked := [question for question in revealed(cell.source) if question not in asked_so_far]:
+            problems.append(f"cell {index} reveals {not_asked}, which no quiz above it asks")
+        asked_so_far |= set(asked(cell.source))
+        if revealed(cell.source):
+            last = ast.parse(cell.source).body[-1]
+            if not isinstance(last, ast.With):
+                problems.append(f"cell {index}: the `with quiz.reveal(...)` block must be the cell's last statement")
+            elif unshown := [ast.unparse(expr.value) for expr in last.body if shows_nothing(expr)]:
+                problems.append(f"cell {index}: the block shows nothing of {unshown}; display(...) it")
+    assert not problems, f"notebooks/src/{lesson}.py:\n  " + "\n  ".join(problems)
 
 
 @functools.cache

@@ -55,16 +55,17 @@ def in_order(spans):
     return " → ".join(step if n == 1 else f"{step} ×{n}" for step, n in runs)
 
 
-devices = dpcourse.devices(3)
-model = examples.make_model().to(devices[0])  # the model goes to devices[0] before it is wrapped
-x, y = examples.make_batch(10, device=devices[0])
-dp = dpcourse.DataParallel(model, devices=devices)
-with dpcourse.trace() as t:
-    loss = examples.loss_fn(dp(x), y)
-    loss.backward()
-first_backward = next(i for i, s in enumerate(t.spans) if s.step == "gather-backward")
-print("forward: ", in_order(t.spans[:first_backward]))
-print("backward:", in_order(t.spans[first_backward:]))
+with quiz.reveal("00-four-steps"):
+    devices = dpcourse.devices(3)
+    model = examples.make_model().to(devices[0])  # the model goes to devices[0] before it is wrapped
+    x, y = examples.make_batch(10, device=devices[0])
+    dp = dpcourse.DataParallel(model, devices=devices)
+    with dpcourse.trace() as t:
+        loss = examples.loss_fn(dp(x), y)
+        loss.backward()
+    first_backward = next(i for i, s in enumerate(t.spans) if s.step == "gather-backward")
+    print("forward: ", in_order(t.spans[:first_backward]))
+    print("backward:", in_order(t.spans[first_backward:]))
 
 # %% [markdown]
 # | step | forward | backward |
@@ -84,8 +85,9 @@ def step_lines(forward):
     return [line.strip() for line in inspect.getsource(forward).splitlines() if re.search(pattern, line)]
 
 
-pairs = zip(step_lines(torch.nn.DataParallel.forward), step_lines(dpcourse.DataParallel.forward))
-print("\n\n".join(f"torch:    {theirs}\ndpcourse: {ours}" for theirs, ours in pairs))
+with quiz.reveal("00-four-steps"):
+    pairs = zip(step_lines(torch.nn.DataParallel.forward), step_lines(dpcourse.DataParallel.forward))
+    print("\n\n".join(f"torch:    {theirs}\ndpcourse: {ours}" for theirs, ours in pairs))
 
 # %% [markdown]
 # **The guided tour.** The explorer below runs one real training step and keeps every intermediate tensor.
@@ -108,9 +110,10 @@ quiz.ask("00-laptop-passthrough")
 # output was made on a CPU-only machine.
 
 # %% tags=["nbval-ignore-output", "reveals-answer"]
-print("GPUs visible to torch:         ", torch.cuda.device_count())
-print("torch.nn.DataParallel device_ids:", torch.nn.DataParallel(examples.make_model()).device_ids)
-print("dpcourse.devices(3):           ", dpcourse.devices(3))
+with quiz.reveal("00-laptop-passthrough"):
+    print("GPUs visible to torch:         ", torch.cuda.device_count())
+    print("torch.nn.DataParallel device_ids:", torch.nn.DataParallel(examples.make_model()).device_ids)
+    print("dpcourse.devices(3):           ", dpcourse.devices(3))
 
 # %% [markdown]
 # Without a GPU, torch's wrapper keeps `device_ids = []` and its forward just calls your model
@@ -155,16 +158,17 @@ print("dpcourse.devices(3):           ", dpcourse.devices(3))
 # | [15 Memory per device](15_memory.ipynb) | parameters, gradients, optimizer state and activations per device; DataParallel's device-0 surplus against DDP's equal ranks |
 # | [16 Mixed precision](16_mixed_precision.ipynb) | autocast in DataParallel's threads, GradScaler, DDP's bf16/fp16 gradient compression and the error it costs |
 # | [17 DDP in practice](17_ddp_in_practice.ipynb) | DistributedSampler, checkpoints, uneven inputs, unused parameters, SyncBatchNorm, and a DataParallel script turned into a DDP script |
-# | **Part III** | **sharded data parallel: every rank keeps only a [shard](#Glossary) of the training state** |
+# | **Part III** | **sharded data parallel ([ZeRO](#Glossary), [FSDP](#Glossary)): every rank keeps only a [shard](#Glossary) of the training state** |
 # | [18 ZeRO-1](18_zero1.ipynb) | you shard Adam's state over the ranks: each rank updates its shard, an all-gather brings the parameters back; checked against one-device Adam |
 # | [19 ZeRO-2](19_zero2.ipynb) | gradients reduce-scattered in backward hooks, each rank keeping its shard; bytes on the wire measured against DDP's all-reduce |
 # | [20 ZeRO-3](20_zero3.ipynb) | parameters sharded too: all-gather before each layer, free after; FSDP written by hand; memory per rank and traffic measured |
 # | [21 FSDP2 in practice](21_fsdp2.ipynb) | `fully_shard` on a [device mesh](#Glossary), sharded checkpoints, mixed precision, `ZeroRedundancyOptimizer`, and DP / DDP / ZeRO / FSDP2 side by side |
 #
-# - **Predict, then run.** A quiz asks before the cell that shows the answer, and that cell's output starts
-#   collapsed: answer first, then click the bar left of the output (or the `…` in its place) to open it.
-#   Pick an answer and press *Check my answer*: only then do the explanation and a *Run the experiment*
-#   button appear, which runs dpcourse and measures the answer.
+# - **Predict, then run.** A quiz asks before the cell that shows the answer. Run that cell and its output
+#   stays hidden: in its place a line says "The result appears here once you answer the quiz above (or press
+#   Show)". Pick an answer and press *Check my answer*: the result appears under the cell, and the quiz shows
+#   its explanation and a *Run the experiment* button, which runs dpcourse and measures the answer. Any answer,
+#   right or wrong, shows the result; *Show the result without answering* shows it without one.
 # - **Exercises** end every lesson. Their solution cells are collapsed (click the cell's bar or its `…` to open
 #   one); try first, then run the check cell below it.
 # - **Terms** such as [GIL](#Glossary), [NCCL](#Glossary) or [all-reduce](#Glossary) are defined in the
@@ -179,7 +183,8 @@ from pathlib import Path
 
 with tempfile.TemporaryDirectory() as folder:
     scratch = Path(folder) / "progress.json"
-    question = quiz.ask("00-four-steps", progress=quiz.Progress(scratch))
+    # A question of lesson 02: answering one of this lesson's would show its hidden results above.
+    question = quiz.ask("02-ten-rows-four-devices", progress=quiz.Progress(scratch))
     print("after showing the question: file exists =", scratch.exists())
     question.choice.value = question.question.answer
     question.submit_button.click()
@@ -236,8 +241,9 @@ with dpcourse.trace() as t1:
 replica_forwards = len(t1.steps("forward"))
 
 # %%
-assert replica_forwards == 3, "5 rows make chunks of 2, 2, 1: three replicas run and the fourth device idles"
-print("exercise 1:", replica_forwards, "replicas ran")
+assert replica_forwards == len(x5.chunk(4)), (
+    f"replica_forwards is {replica_forwards}: count the forward spans of the trace, one per replica that ran")
+print("exercise 1: right, one replica forward per chunk that scatter made")
 
 # %% tags=["solution"]
 devices1 = dpcourse.devices(1)

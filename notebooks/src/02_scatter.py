@@ -12,6 +12,7 @@
 
 # %%
 import torch
+from IPython.display import display
 
 import dpcourse
 from dpcourse import examples, exercises, quiz, viz
@@ -28,13 +29,14 @@ x, y = examples.make_batch(10, device=devices[0])  # the batch starts where the 
 quiz.ask("02-ten-rows-four-devices")
 
 # %% tags=["reveals-answer"]
-chunks = dpcourse.scatter(x, devices)
-print("chunk shapes:", [list(c.shape) for c in chunks])
-viz.chunk_split(10, 4)
+with quiz.reveal("02-ten-rows-four-devices"):
+    chunks = dpcourse.scatter(x, devices)
+    print("chunk shapes:", [list(c.shape) for c in chunks])
+    display(viz.chunk_split(10, 4))
 
 # %% [markdown]
-# `torch.chunk` makes chunks of `ceil(B / n)` rows and leaves whatever is left for the last one: 3, 3, 3 and 1
-# here. The chunks are not copies: on the same device each chunk is a **view** of the input (a slice of the same
+# The shapes above follow `torch.chunk`'s rule: chunks of `ceil(B / n)` rows, and whatever is left for the
+# last one. The chunks are not copies: on the same device each chunk is a **view** of the input (a slice of the same
 # memory). On GPUs a chunk whose device differs from the input's is copied there; chunk 0 of an input that
 # already lives on `devices[0]` stays a view (`torch/csrc/cuda/comm.cpp`, `scatter`).
 
@@ -49,10 +51,11 @@ print("chunk 0 shares the input's memory:", chunks[0].data_ptr() == x.data_ptr()
 quiz.ask("02-six-rows-four-devices")
 
 # %% tags=["reveals-answer"]
-for batch in (10, 9, 6, 5, 3):
-    sizes = [c.shape[0] for c in dpcourse.scatter(torch.zeros(batch, 8), devices)]
-    print(f"{batch:2d} rows on 4 devices -> chunks {sizes}: {len(sizes)} replicas run")
-viz.chunk_split(6, 4)
+with quiz.reveal("02-six-rows-four-devices"):
+    for batch in (10, 9, 6, 5, 3):
+        sizes = [c.shape[0] for c in dpcourse.scatter(torch.zeros(batch, 8), devices)]
+        print(f"{batch:2d} rows on 4 devices -> chunks {sizes}: {len(sizes)} replicas run")
+    display(viz.chunk_split(6, 4))
 
 # %% [markdown]
 # `ceil(B / n)`-sized chunks can run out before the devices do, and not only when B < n: `torch.chunk` promises
@@ -84,8 +87,9 @@ quiz.ask("02-mismatched-batches")
 # Scatter a tensor of 10 rows and one of 3 rows together, and look at what each device gets:
 
 # %% tags=["reveals-answer"]
-per_device = dpcourse.scatter((torch.zeros(10, 2), torch.zeros(3, 2)), devices)
-print(len(per_device), "entries:", [[list(t.shape) for t in entry] for entry in per_device])
+with quiz.reveal("02-mismatched-batches"):
+    per_device = dpcourse.scatter((torch.zeros(10, 2), torch.zeros(3, 2)), devices)
+    print(len(per_device), "entries:", [[list(t.shape) for t in entry] for entry in per_device])
 
 # %% [markdown]
 # Entries are `zip`ped, so the **shortest** leaf decides how many replicas run, and the extra rows of the
@@ -97,8 +101,9 @@ print(len(per_device), "entries:", [[list(t.shape) for t in entry] for entry in 
 quiz.ask("02-lstm-hidden-state")
 
 # %% tags=["reveals-answer"]
-h0 = torch.zeros(2, 4, 2)  # (num_layers, batch, hidden), as in the question
-print("h0 chunks on 2 devices:", [list(chunk.shape) for chunk in dpcourse.scatter(h0, devices[:2])])
+with quiz.reveal("02-lstm-hidden-state"):
+    h0 = torch.zeros(2, 4, 2)  # (num_layers, batch, hidden), as in the question
+    print("h0 chunks on 2 devices:", [list(chunk.shape) for chunk in dpcourse.scatter(h0, devices[:2])])
 
 # %% [markdown]
 # Every tensor is split along the same `dim`, 0 by default, whatever it holds: each replica gets one *layer*
@@ -138,10 +143,11 @@ print("a new list per device:", [entry[2] is tags for entry in per_device], "| s
 quiz.ask("02-keyword-missing-argument")
 
 # %% tags=["reveals-answer"]
-inputs, kwargs = dpcourse.scatter_kwargs((torch.zeros(8, 2),), {"mask": torch.zeros(2, 2)}, devices)
-for i, (args, kw) in enumerate(zip(inputs, kwargs)):
-    print(f"replica {i}: args {[list(a.shape) for a in args]}, kwargs {list(kw)}")
-viz.chunk_split(8, 4, kwargs_batches={"mask": 2})
+with quiz.reveal("02-keyword-missing-argument"):
+    inputs, kwargs = dpcourse.scatter_kwargs((torch.zeros(8, 2),), {"mask": torch.zeros(2, 2)}, devices)
+    for i, (args, kw) in enumerate(zip(inputs, kwargs)):
+        print(f"replica {i}: args {[list(a.shape) for a in args]}, kwargs {list(kw)}")
+    display(viz.chunk_split(8, 4, kwargs_batches={"mask": 2}))
 
 # %% [markdown]
 # dpcourse's `scatter_kwargs` pads the shorter side with `()` or `{}`, and a replica that gets the padding is

@@ -38,9 +38,10 @@ print(len(replicas), "replicas; marked as replicas:", [r._is_replica for r in re
 quiz.ask("03-parameters-empty")
 
 # %% tags=["reveals-answer"]
-r1 = replicas[1]
-print("replica.parameters():", list(r1.parameters()))
-print("replica.fc.weight is a leaf:", r1.fc.weight.is_leaf, "| grad_fn:", type(r1.fc.weight.grad_fn).__name__)
+with quiz.reveal("03-parameters-empty"):
+    r1 = replicas[1]
+    print("replica.parameters():", list(r1.parameters()))
+    print("replica.fc.weight is a leaf:", r1.fc.weight.is_leaf, "| grad_fn:", type(r1.fc.weight.grad_fn).__name__)
 
 # %% [markdown]
 # Each copy is the *result of a computation* (`grad_fn` set), not a leaf `Parameter`. Module's `__setattr__`
@@ -63,11 +64,12 @@ def same_memory(a, b):
     return a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
 
 
-for i, replica in enumerate(replicas):
-    print(
-        f"replica {i}: weight shares memory {same_memory(replica.fc.weight, model.fc.weight)!s:5} | "
-        f"running_mean is the original {replica.bn.running_mean is model.bn.running_mean}"
-    )
+with quiz.reveal("03-replica-zero-shares"):
+    for i, replica in enumerate(replicas):
+        print(
+            f"replica {i}: weight shares memory {same_memory(replica.fc.weight, model.fc.weight)!s:5} | "
+            f"running_mean is the original {replica.bn.running_mean is model.bn.running_mean}"
+        )
 
 # %% [markdown]
 # The copy for `devices[0]` is not a copy at all: `broadcast_coalesced` returns the input tensors as-is for
@@ -94,12 +96,13 @@ print("replica 0's weight is the original Parameter:", detached[0].fc.weight is 
 quiz.ask("03-counter-lost")
 
 # %% tags=["reveals-answer"]
-model = examples.CountingNet().to(devices[0])
-x = torch.randn(8, 3, device=devices[0])
-dpcourse.DataParallel(model, devices=devices[:2])(x)
-print("with 2 devices: calls =", model.calls)
-dpcourse.DataParallel(model, devices=devices[:1])(x)
-print("with 1 device:  calls =", model.calls)
+with quiz.reveal("03-counter-lost"):
+    model = examples.CountingNet().to(devices[0])
+    x = torch.randn(8, 3, device=devices[0])
+    dpcourse.DataParallel(model, devices=devices[:2])(x)
+    print("with 2 devices: calls =", model.calls)
+    dpcourse.DataParallel(model, devices=devices[:1])(x)
+    print("with 1 device:  calls =", model.calls)
 
 # %% [markdown]
 # Rebinding an attribute on a replica (`self.calls += 1` means `self.calls = self.calls + 1`) changes only that
@@ -115,7 +118,8 @@ print("with 1 device:  calls =", model.calls)
 quiz.ask("03-list-shared")
 
 # %% tags=["reveals-answer"]
-print("seen =", model.seen)
+with quiz.reveal("03-list-shared"):
+    print("seen =", model.seen)
 
 # %% [markdown]
 # Three entries from two forwards: in the forward on 2 devices both replicas appended their chunk's size, 4,

@@ -10,9 +10,12 @@ that a wrong answer becomes true, and the experiment must then report that answe
 question of lessons 00-17 that no registered test plants a world for.
 """
 
+import copy
 from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
+
+import torch
 
 from dpcourse.quiz import Outcome, Question, load_lesson, run_experiment
 from dpcourse.quiz.lessons import LESSONS
@@ -53,3 +56,40 @@ def reports(question_id: str, distractor: Any) -> Outcome:
     outcome = run_experiment(question.experiment)
     assert outcome.value == distractor, f"{question_id} measured {outcome.value!r}:\n{outcome.text}"
     return outcome
+
+
+# Plants that several lessons' tests use: DataParallel's scatter with another chunk rule, replicas deep-copied.
+
+
+def scatter_by(split):
+    """``DataParallel.scatter`` with another chunk rule: ``split(tensor, n)`` gives a tensor's chunks, and the
+    inputs' chunks are zipped as scatter does (the fewest chunks decide)."""
+
+    def scatter(self, inputs, kwargs, devices):
+        n = len(devices)
+        per_input = [[chunk.to(device) for chunk, device in zip(split(t, n), devices, strict=False)] for t in inputs]
+        entries = tuple(zip(*per_input, strict=False))  # the fewest chunks decide, as in scatter
+        return entries, tuple(dict(kwargs) for _ in entries)
+
+    return scatter
+
+
+def even_split(tensor, n):
+    """Sizes differ by at most one (``torch.tensor_split``): 10 rows on 4 devices are 3, 3, 2, 2."""
+    return torch.tensor_split(tensor, n)
+
+
+def one_chunk(tensor, n):
+    """The whole batch to device 0: a DataParallel that does not split."""
+    return [tensor]
+
+
+def dropping_the_remainder(tensor, n):
+    """``len // n`` rows each, the rest dropped: 5 rows on 4 devices are 1, 1, 1, 1."""
+    size = len(tensor) // n
+    return list(tensor[: size * n].split(size))
+
+
+def deep_copies(self, module, devices):
+    """Replicas made with ``copy.deepcopy``: nothing shared with the model, not even plain attributes."""
+    return [copy.deepcopy(module) for _ in devices]

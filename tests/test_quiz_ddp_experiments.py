@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from dpcourse import ddp
-from dpcourse.quiz import find_question, run_experiment
+from dpcourse.quiz import run_experiment
+from tests.quiz_planting import QUESTIONS, planted
 
 REAL_GRADIENTS = ddp.gradients
 
@@ -26,21 +27,24 @@ def ddp_that_combines(combine: Callable[[ddp.Gradients], torch.Tensor]) -> Calla
 
 @pytest.mark.parametrize("question_id", ["10-ddp-averages", "10-unequal-shards"])
 def test_real_ranks_measure_the_keyed_answer(question_id):
-    question = find_question(question_id)
+    question = QUESTIONS[question_id]
     assert run_experiment(question.experiment).value == question.answer
 
 
+@planted("10-ddp-averages")
 def test_a_ddp_that_summed_would_be_measured_as_summing(monkeypatch):
     monkeypatch.setattr(ddp, "gradients", ddp_that_combines(lambda run: run.sum_of_local))
     assert run_experiment("ddp_averages_dp_sums").value == "Both sum"
 
 
+@planted("10-unequal-shards")
 def test_a_ddp_that_weighted_ranks_by_shard_size_would_be_measured_as_exact(monkeypatch):
     monkeypatch.setattr(ddp, "gradients", ddp_that_combines(lambda run: run.size_weighted_mean))
     value = run_experiment("ddp_unequal_shards").value
     assert value == "Yes: the average of two mean-loss gradients is the full-batch gradient"
 
 
+@planted("16-overflow-skip")
 def test_a_scaler_that_raised_on_overflow_would_be_measured_as_raising(monkeypatch):
     from dpcourse import precision
 
@@ -52,6 +56,7 @@ def test_a_scaler_that_raised_on_overflow_would_be_measured_as_raising(monkeypat
     assert value == "`scaler.step` raises an error naming the overflowing parameter"
 
 
+@planted("17-unused-parameter")
 def test_ranks_that_hung_on_the_unused_head_would_be_measured_as_hanging(monkeypatch):
     from dpcourse.ddp import unused
 
@@ -62,6 +67,7 @@ def test_ranks_that_hung_on_the_unused_head_would_be_measured_as_hanging(monkeyp
     assert run_experiment("unused_parameter_error").value == "The first backward hangs, waiting for the head's gradient"
 
 
+@planted("15-dp-most-memory")
 def test_dataparallel_memory_follows_the_replica_that_is_the_model(monkeypatch):
     """Plant a replicate whose replica 1, not 0, is the original model: device 1 must then hold the surplus,
     and the quiz experiment must stop reporting device 0."""
@@ -83,6 +89,7 @@ def test_dataparallel_memory_follows_the_replica_that_is_the_model(monkeypatch):
         run_experiment("dp_memory_per_device")
 
 
+@planted("15-dp-most-memory")
 def test_equal_devices_would_be_measured_as_all_the_same(monkeypatch):
     from dpcourse import memory
     from dpcourse.memory import Breakdown

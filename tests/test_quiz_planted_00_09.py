@@ -7,7 +7,6 @@ the experiment calls, and call the real one where they can.
 """
 
 import collections
-import copy
 import importlib
 import threading
 
@@ -19,44 +18,10 @@ from torch.nn import functional
 from dpcourse import _functions
 from dpcourse.data_parallel import DataParallel
 from dpcourse.quiz.experiments import lesson02, lesson03, lesson09
-from tests.quiz_planting import planted, reports
+from tests.quiz_planting import deep_copies, even_split, one_chunk, planted, reports, scatter_by
 
 REAL_REPLICATE = DataParallel.replicate
 REAL_GATHER = DataParallel.gather
-
-
-def scatter_by(split):
-    """``DataParallel.scatter`` with another chunk rule: ``split(tensor, n)`` gives a tensor's chunks, and the
-    inputs' chunks are zipped as scatter does (the fewest chunks decide)."""
-
-    def scatter(self, inputs, kwargs, devices):
-        n = len(devices)
-        per_input = [[chunk.to(device) for chunk, device in zip(split(t, n), devices, strict=False)] for t in inputs]
-        entries = tuple(zip(*per_input, strict=False))  # the fewest chunks decide, as in scatter
-        return entries, tuple(dict(kwargs) for _ in entries)
-
-    return scatter
-
-
-def even_split(tensor, n):
-    """Sizes differ by at most one (``torch.tensor_split``): 10 rows on 4 devices are 3, 3, 2, 2."""
-    return torch.tensor_split(tensor, n)
-
-
-def one_chunk(tensor, n):
-    """The whole batch to device 0: a DataParallel that does not split."""
-    return [tensor]
-
-
-def dropping_the_remainder(tensor, n):
-    """``len // n`` rows each, the rest dropped: 5 rows on 4 devices are 1, 1, 1, 1."""
-    size = len(tensor) // n
-    return list(tensor[: size * n].split(size))
-
-
-def deep_copies(self, module, devices):
-    """Replicas made with ``copy.deepcopy``: nothing shared with the model, not even plain attributes."""
-    return [copy.deepcopy(module) for _ in devices]
 
 
 def replica_0_is_the_model(self, module, devices):

@@ -3,7 +3,7 @@
 
 These are the two collective operations DataParallel needs (torch: ``torch/nn/parallel/comm.py`` on top
 of ``torch/csrc/cuda/comm.cpp``). Both work on *buckets*: tensors of one dtype are flattened into one
-long buffer of at most ``BUCKET_BYTES`` and moved with a single copy, because one 10 MiB copy is much
+long buffer of at most ``BROADCAST_BUCKET_BYTES`` and moved with a single copy, because one 10 MiB copy is much
 cheaper than a thousand 10 KiB copies (each copy has a fixed launch cost, on a GPU several microseconds).
 """
 
@@ -13,7 +13,7 @@ import torch
 
 __all__ = ["broadcast_coalesced", "buckets", "reduce_add_coalesced"]
 
-BUCKET_BYTES = 10 * 1024 * 1024  # the same bucket size as torch's broadcast_coalesced
+BROADCAST_BUCKET_BYTES = 10 * 1024 * 1024  # the same bucket size as torch's broadcast_coalesced
 
 
 def buckets(tensors: Sequence[torch.Tensor]) -> list[list[int]]:
@@ -24,7 +24,7 @@ def buckets(tensors: Sequence[torch.Tensor]) -> list[list[int]]:
     4096 bias] flattens 7 buckets, 5 of them by ``cat``, as this rule gives.)
 
     Each dtype has one open bucket. A tensor joins its dtype's bucket, and the bucket closes as soon as it
-    holds ``BUCKET_BYTES`` or more, so a big tensor closes the bucket it joins (``[bias, big weight]`` is one
+    holds ``BROADCAST_BUCKET_BYTES`` or more, so a big tensor closes the bucket it joins (``[bias, big weight]`` is one
     bucket), and a bucket exceeds the limit only by its last tensor. Sparse tensors are not flattened: each
     is a bucket of its own.
     """
@@ -37,7 +37,7 @@ def buckets(tensors: Sequence[torch.Tensor]) -> list[list[int]]:
         bucket, filled = open_by_dtype.pop(tensor.dtype, ([], 0))
         bucket.append(i)
         filled += tensor.numel() * tensor.element_size()
-        if filled >= BUCKET_BYTES:
+        if filled >= BROADCAST_BUCKET_BYTES:
             closed.append(bucket)
         else:
             open_by_dtype[tensor.dtype] = (bucket, filled)

@@ -17,7 +17,7 @@ DTYPES = [torch.float32, torch.float64, torch.int64]
 def test_buckets_cover_every_tensor_once_one_dtype_each_closed_at_the_limit(specs):
     tensors = [torch.ones(n, dtype=d).to_sparse() if sparse else torch.ones(n, dtype=d) for d, n, sparse in specs]
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(comm, "BUCKET_BYTES", 64)  # small buckets, so that small tensors fill several
+        patch.setattr(comm, "BROADCAST_BUCKET_BYTES", 64)  # small buckets, so that small tensors fill several
         groups = buckets(tensors)
     assert sorted(i for group in groups for i in group) == list(range(len(tensors)))
     for group in groups:

@@ -6,7 +6,7 @@ from torch import nn
 
 import dpcourse
 from dpcourse.by_hand import tensor_at
-from dpcourse.comm import BUCKET_BYTES, buckets
+from dpcourse.comm import BROADCAST_BUCKET_BYTES, buckets
 
 
 class Counting(nn.Module):
@@ -108,7 +108,7 @@ def test_empty_device_list_gives_no_replicas_as_in_torch():
 
 
 def test_buckets_group_by_dtype_and_close_once_they_reach_the_size_limit():
-    big = torch.zeros(BUCKET_BYTES // 4)
+    big = torch.zeros(BROADCAST_BUCKET_BYTES // 4)
     tensors = [torch.zeros(2), torch.zeros(2, dtype=torch.int64), torch.zeros(3), big, torch.zeros(1)]
     assert buckets(tensors) == [[0, 2, 3], [1], [4]]  # the big tensor joins the open float32 bucket and closes it
 

@@ -62,7 +62,9 @@ class Exercise:
 
 
 @dataclasses.dataclass
-class Outcome:
+class CaseResult:
+    """How one case went: ``verdict`` PASSED or FAILED, and ``detail``, the first difference or the error."""
+
     case: Case
     verdict: str  # PASSED or FAILED
     detail: str = ""
@@ -73,7 +75,7 @@ class Report:
     """The result of one check: ``status`` is "passed", "failed" or "not attempted yet"."""
 
     exercise: Exercise
-    outcomes: list[Outcome]
+    outcomes: list[CaseResult]
     status: str
 
     @property
@@ -105,7 +107,7 @@ class Report:
         return f"{passed} of {len(self.outcomes)} cases passed" + (" ✓" if self.status == PASSED else "")
 
 
-def _html_row(number: int, outcome: Outcome) -> str:
+def _html_row(number: int, outcome: CaseResult) -> str:
     details = html.escape(outcome.detail)
     if outcome.detail and outcome.case.hint:
         details += f"<br><i>hint: {html.escape(outcome.case.hint)}</i>"
@@ -131,7 +133,7 @@ def run(exercise: Exercise, function: Callable) -> Report:
     return _graded(Report(exercise, outcomes, status))
 
 
-def _judged(exercise: Exercise, function: Callable, case: Case) -> Outcome:
+def _judged(exercise: Exercise, function: Callable, case: Case) -> CaseResult:
     """One case: the learner's answer judged, or the exception it raised (``NotImplementedError`` goes through)."""
     try:
         answer = exercise.call(function, case) if exercise.call else function(*case.args)
@@ -139,22 +141,22 @@ def _judged(exercise: Exercise, function: Callable, case: Case) -> Outcome:
         raise
     except Exception as error:  # a learner's bug is a failed case, shown as two lines, never a traceback
         first_line = str(error).splitlines()[0] if str(error) else ""
-        return Outcome(case, FAILED, f"raised {type(error).__name__}: {first_line}{_own_line(error)}")
+        return CaseResult(case, FAILED, f"raised {type(error).__name__}: {first_line}{_own_line(error)}")
     try:
         difference = exercise.judge(case, answer)
     except Exception as error:
         difference = f"the answer could not be checked ({type(error).__name__}: {error})"
-    return Outcome(case, FAILED, difference) if difference else Outcome(case, PASSED)
+    return CaseResult(case, FAILED, difference) if difference else CaseResult(case, PASSED)
 
 
-def _generated(exercise: Exercise, function: Callable) -> Outcome:
+def _generated(exercise: Exercise, function: Callable) -> CaseResult:
     cases = exercise.generated()
     for case in cases:
         outcome = _judged(exercise, function, case)
         if outcome.verdict == FAILED:
-            return Outcome(dataclasses.replace(case, description=f"generated: {case.description}"), FAILED,
+            return CaseResult(dataclasses.replace(case, description=f"generated: {case.description}"), FAILED,
                            outcome.detail)
-    return Outcome(Case(f"{len(cases)} generated cases", ()), PASSED)
+    return CaseResult(Case(f"{len(cases)} generated cases", ()), PASSED)
 
 
 def _graded(report: Report) -> Report:

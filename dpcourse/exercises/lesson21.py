@@ -123,9 +123,10 @@ def _judge_training(case: Case, answer: list[dict]) -> str | None:
 register(Exercise(
     name="train_with_fsdp2",
     task="Write train_with_fsdp2(model, batches, lr), run on every rank: fully_shard each nn.Linear of the model, "
-         "then the model, on init_device_mesh('cpu', (dist.get_world_size(),)); train with torch.optim.Adam(lr=lr), "
-         "one step per (x, y) in batches, loss F.mse_loss(model(x), y); return a dict with 'parameters', the "
-         "full parameters (p.full_tensor()), and 'types', the type names of the parameters while sharded.",
+         "then the model, on init_device_mesh(x.device.type, (dist.get_world_size(),)); train with "
+         "torch.optim.Adam(lr=lr), one step per (x, y) in batches, loss F.mse_loss(model(x), y); return a dict with "
+         "'parameters', the full parameters (p.full_tensor()), and 'types', the type names of the parameters while "
+         "sharded.",
     cases=lambda: [
         Case("2 ranks, 3 steps", (2,), "build the optimizer after fully_shard: it must hold the DTensor parameters"),
         Case("3 ranks, 3 steps (rank 2 holds no row of 4.weight)", (3,),

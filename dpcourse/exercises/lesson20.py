@@ -58,13 +58,16 @@ def _on_ranks(role: str):
 
 
 def _trained(case: Case, answer: list[dict]) -> str | None:
+    error = next((result["error"] for result in answer if "error" in result), None)
+    if error:
+        return f"with your function inside ZeRO-3, training raised {error}"
     difference = ranks.first_difference(answer, ranks.one_device())
     return difference and f"with your function inside ZeRO-3, {difference}"
 
 
 def _judge_gather(case: Case, answer: list[dict]) -> str | None:
     (n,) = case.args
-    known = torch.arange(n + 10, dtype=torch.float32) + 0.5
+    known = zero3_measure.known_vector(n)
     for rank, result in enumerate(answer):
         got = result["direct"]["gathered"]
         if not isinstance(got, torch.Tensor):
@@ -81,7 +84,7 @@ def _judge_gather(case: Case, answer: list[dict]) -> str | None:
 
 def _judge_scatter(case: Case, answer: list[dict]) -> str | None:
     (n,) = case.args
-    known = torch.arange(n + 10, dtype=torch.float32) + 0.5
+    known = zero3_measure.known_vector(n)
     average = known * (n + 1) / 2  # rank r held (r + 1) * known
     for rank, result in enumerate(answer):
         got = result["direct"]["scattered"]

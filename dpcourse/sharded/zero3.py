@@ -115,6 +115,10 @@ class Layer:
             self.ready, self.pending = gather_full(self.shard.detach(), self.numel, self.ring, into)
             return
         full = self.gather(self.shard.detach(), self.numel)  # a learner's gather: synchronous, a new tensor
+        if not isinstance(full, torch.Tensor) or full.shape != (self.numel,):
+            got = tuple(full.shape) if isinstance(full, torch.Tensor) else type(full).__name__
+            raise ValueError(f"gather returned {got} for a layer of {self.numel} parameters: return the whole "
+                             f"vector, shape ({self.numel},), with the padding cut off.")
         self.ready = full if into is None else into[self.offset:self.offset + self.numel].copy_(full)
 
     def wait(self) -> torch.Tensor:
@@ -145,7 +149,15 @@ class Layer:
         self.full.untyped_storage().resize_(0)
 
     def scatter(self, full_grad: torch.Tensor) -> torch.Tensor:
-        return (self.scatter_fn or (lambda grad: shard_of_gradient(grad, self.ring)))(full_grad)
+        """This rank's slice of the averaged gradient, by the library's reduce-scatter or the learner's."""
+        if self.scatter_fn is None:
+            return shard_of_gradient(full_grad, self.ring)
+        mine = self.scatter_fn(full_grad)
+        if not isinstance(mine, torch.Tensor) or mine.shape != self.shard.shape:
+            got = tuple(mine.shape) if isinstance(mine, torch.Tensor) else type(mine).__name__
+            raise ValueError(f"scatter returned {got}; this rank's slice of a layer of {self.numel} parameters is "
+                             f"{tuple(self.shard.shape)} (zero1.shard_range): cut the padding off.")
+        return mine
 
     def views(self, full: torch.Tensor) -> dict[str, torch.Tensor]:
         """Each parameter of the module as a view of the flat vector, by name, for ``functional_call``."""

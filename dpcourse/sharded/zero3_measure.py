@@ -129,23 +129,43 @@ def _rebuilt(function: SourceFunction | None) -> Callable | None:
     return function.rebuild() if isinstance(function, SourceFunction) else function
 
 
+def known_vector(world_size: int) -> torch.Tensor:
+    """``0.5, 1.5, 2.5, ...``, 11 numbers more than the ranks: its slices are uneven on 2, 3 and 4 ranks."""
+    return torch.arange(world_size + 11, dtype=torch.float32) + 0.5
+
+
 def learners(model: nn.Sequential, batches: list, lr: float, gather: SourceFunction | None = None,
              scatter: SourceFunction | None = None) -> dict:
     """The learner's ``gather`` or ``scatter`` (sent as source) called once on known numbers, then trained with.
 
-    The known numbers: a vector ``v = 0.5, 1.5, 2.5, ...`` of 10 numbers more than the ranks. ``gather`` gets this
-    rank's slice of it and should return ``v``; ``scatter`` gets ``(rank + 1) * v`` and should return this rank's
-    slice of its average over the ranks.
+    An exception in the first call goes to the learner as it is. Training runs only if every rank's first call
+    gave the right numbers (a rank that stopped early would leave the others waiting in a collective); an
+    exception in training, or training not run, is returned as ``"error"``, with zeros for parameters, so that
+    the check can first say what the known numbers show.
+
+    The known numbers: ``v = known_vector(n)``. ``gather`` gets this rank's slice of it and should return ``v``;
+    ``scatter`` gets ``(rank + 1) * v`` and should return this rank's slice of its average over the ranks.
     """
     gather, scatter = _rebuilt(gather), _rebuilt(scatter)
     n, rank = dist.get_world_size(), dist.get_rank()
-    known = torch.arange(n + 10, dtype=torch.float32) + 0.5
+    known = known_vector(n)
     start, stop = shard_range(known.numel(), rank, n)
     direct = {}
     if gather is not None:
         direct["gathered"] = gather(known[start:stop].clone(), known.numel())
     if scatter is not None:
         direct["scattered"] = scatter((rank + 1) * known)
-    trained = zero3.program(model, batches, lr, gather=gather, scatter=scatter)
-    return {**trained, "direct": {k: v.detach().cpu() if isinstance(v, torch.Tensor) else v
-                                  for k, v in direct.items()}}
+    direct = {k: v.detach().cpu() if isinstance(v, torch.Tensor) else v for k, v in direct.items()}
+    expected = {"gathered": known, "scattered": (known * (n + 1) / 2)[start:stop]}
+    right = all(isinstance(got, torch.Tensor) and got.shape == expected[k].shape and torch.allclose(got, expected[k])
+                for k, got in direct.items())
+    everywhere = torch.tensor(float(right))
+    dist.all_reduce(everywhere, op=dist.ReduceOp.MIN)  # train on all ranks or on none: a rank left alone would wait
+    nothing = [torch.zeros(p.shape) for p in model.parameters()]
+    if not everywhere.item():
+        return {"parameters": nothing, "direct": direct, "error": "not run: the known numbers came out wrong"}
+    try:
+        trained = zero3.program(model, batches, lr, gather=gather, scatter=scatter)
+    except Exception as error:  # reported after what the known numbers show, which says more
+        return {"parameters": nothing, "direct": direct, "error": f"{type(error).__name__}: {error}"}
+    return {**trained, "direct": direct}

@@ -21,7 +21,8 @@ def zero3_memory(ways: dict[str, dict], rank: int = 0) -> Figure:
     shaded = next((run for way, run in ways.items() if way.startswith("ZeRO")), None)
     for name, (first, last) in (shaded or {}).get("phases", {}).items():
         if first >= 0:
-            ax.axvspan(first + 0.5, last + 1.5, color=PHASE_COLORS[name], alpha=0.3, linewidth=0, label=name)
+            ax.axvspan(first + 0.5, last + 1.5, color=PHASE_COLORS[name], alpha=0.3, linewidth=0,
+                       label=f"ZeRO-3's {name}")
     highest = 0.0
     for (way, run), colour in zip(ways.items(), WAY_COLORS, strict=False):
         values = [run["start"] / KIB] + [b / KIB for b in run["allocated"]]

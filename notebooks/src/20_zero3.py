@@ -50,7 +50,7 @@ print({f"{n} ranks": backend_for(n) for n in (2, 3, 4)})
 #    (`torch/distributed/nn/functional.py: _AllGather.backward`).
 #
 # Adam then updates each rank's slices. The model is the course's MLP, 8 inputs, four hidden layers of 127
-# units, 4 outputs; each rank trains on its quarter of 24 samples per step. Its layers hold these many
+# units, 4 outputs; each rank trains on its share of 24 samples per step. Its layers hold these many
 # parameters, which do not all split evenly:
 
 # %%
@@ -67,7 +67,8 @@ print("slices of the first layer on 4 ranks:", [shard_range(layer_sizes[0], rank
 quiz.ask("20-after-forward")
 
 # %% [markdown]
-# `zero3_measure.measure(4)` starts 4 ranks once and trains the model for 3 steps four ways, each on a copy:
+# `zero3_measure.measure(2)` starts 2 ranks once (the fewest that show it all, and the quickest to start on this
+# machine) and trains the model for 3 steps four ways, each on a copy:
 # DDP (Adam on every rank, gradients all-reduced), ZeRO-3, ZeRO-3 with prefetch, and ZeRO-3 without
 # resharding (below). All collectives are rings of point-to-point messages (`dpcourse/sharded/rings.py`, the two
 # halves of lesson 13's ring all-reduce), so that `traffic.counted` counts every byte sent. The last step runs
@@ -76,7 +77,7 @@ quiz.ask("20-after-forward")
 
 # %% tags=["reveals-answer"]
 with quiz.reveal("20-after-forward"):
-    measured = zero3_measure.measure(4)
+    measured = zero3_measure.measure(2)
     zero3 = measured[0]["ways"]["ZeRO-3"]
     print("bytes each layer's gathered vector holds after the forward:", zero3["held_after_forward"])
     print("bytes of each layer's parameters:                          ", [4 * n for n in zero3["numels"]])
@@ -122,17 +123,21 @@ with quiz.reveal("20-bytes-vs-ddp"):
 # when the step began: its parameters (DDP) or shards (ZeRO-3), Adam's state and its batch.
 
 # %%
+ddp_run = measured[0]["ways"]["DDP"]
 for way in ("DDP", "ZeRO-3", "ZeRO-3, no reshard"):
     run = measured[0]["ways"][way]
-    print(f"{way:<20} rank 0 held {run['start']:>9,} bytes as the step began, peaked at {max(run['allocated']):>9,}")
+    print(f"{way:<20} rank 0 held {run['start']:>9,} bytes as the step began ({run['start'] / ddp_run['start']:.2f} x "
+          f"DDP's), peaked at {max(run['allocated']):>9,} ({max(run['allocated']) / max(ddp_run['allocated']):.2f} x)")
 display(zero3_memory({way: measured[0]["ways"][way] for way in ("DDP", "ZeRO-3", "ZeRO-3, no reshard")}))
 
 # %% [markdown]
-# Before the step, a ZeRO-3 rank holds a quarter of the parameters and a quarter of Adam's state. During the step
-# its memory rises by about one layer at a time, layer by layer, instead of staying at the whole model plus its
-# gradients. Without resharding the layers pile up during the forward and stay until their backward: the peak
-# moves towards DDP's. The biggest layer, a third of the model here, sets how high ZeRO-3's steps go: FSDP
-# wraps a model layer by layer for that reason (lesson 21).
+# The shading marks the phases of ZeRO-3's step (the other lines have their own, at other events). Between
+# steps a ZeRO-3 rank holds its shards and its slices of Adam's state, where a DDP rank holds the whole model
+# and the whole state; the batch is the same for both. During the step ZeRO-3's memory rises and falls layer by
+# layer as each is gathered and given back, and its peak, in backward, stays far below DDP's. Without
+# resharding, the layers gathered during the forward stay until their backward: a higher peak, for the
+# all-gathers it saves. How high ZeRO-3 goes depends on the largest layer, gathered whole with its gradient:
+# FSDP is applied layer by layer for that reason (lesson 21).
 #
 # ## Prefetch
 # Gathering a layer only when it is needed makes the rank wait for the network before every layer. With

@@ -60,7 +60,7 @@ def _size(argument: Any) -> int:
 
 
 @contextlib.contextmanager
-def _collective_sizes() -> Iterator[list[tuple[str, int]]]:
+def collective_sizes() -> Iterator[list[tuple[str, int]]]:
     """Record ``(name, bytes)`` for each collective called: the bytes of its largest tensor argument.
 
     That is the size of the whole collective: the tensor all-reduced or broadcast, the full output of an
@@ -132,7 +132,7 @@ def _train(shipped: Any, steps: int, lr: float, widths: tuple[int, ...], samples
                for x, y in _rank_batches(steps, samples, seed, rank, world_size)]
     try:
         program = shipped.rebuild() if isinstance(shipped, SourceFunction) else shipped
-        with counted() as traffic, _collective_sizes() as sizes, _stepped_optimizers() as optimizers:
+        with counted() as traffic, collective_sizes() as sizes, _stepped_optimizers() as optimizers:
             returned = program(model, batches, lr, **extra)
         parameters, more = _final_parameters(returned, model)
         state = storage_bytes(t for optimizer in optimizers for t in state_tensors(optimizer))
@@ -148,8 +148,10 @@ def _train(shipped: Any, steps: int, lr: float, widths: tuple[int, ...], samples
 
 
 def _importable(program: Callable) -> bool:
+    """Whether a rank can import ``program`` by name: a module-level function of a module with a file."""
     module = sys.modules.get(getattr(program, "__module__", "") or "")
-    return module is not None and module.__name__ != "__main__" and hasattr(module, "__file__")
+    top_level = "<locals>" not in program.__qualname__
+    return top_level and module is not None and module.__name__ != "__main__" and hasattr(module, "__file__")
 
 
 def train_on_ranks(program: Callable, world_size: int, *, steps: int = 3, lr: float = 1e-2,
@@ -158,7 +160,7 @@ def train_on_ranks(program: Callable, world_size: int, *, steps: int = 3, lr: fl
     """Run ``program(model, batches, lr, **extra)`` on ``world_size`` ranks; per rank, a dict of
 
     ``parameters`` (the returned full parameters, CPU tensors), ``sent`` and ``received`` (bytes point to
-    point), ``collectives`` (``(name, bytes)`` per collective called, see ``_collective_sizes``),
+    point), ``collectives`` (``(name, bytes)`` per collective called, see ``collective_sizes``),
     ``optimizer_state_bytes`` (the state of every optimizer that stepped in the program, after it), ``backend``
     and whatever else the program returned in its dict. ``samples`` per step must split evenly over the ranks.
 

@@ -1,7 +1,7 @@
 """ZeRO stage 1 by hand: each rank keeps Adam's state for one shard of the parameters, and updates only that.
 
 Under DDP every rank runs the same optimizer on the same averaged gradients: n ranks hold n identical copies of
-Adam's two averages. ZeRO-1 (Rajbhandari et al., 2020) keeps one copy, split over the ranks:
+Adam's two averages. ZeRO-1 (Rajbhandari et al., arXiv:1910.02054) keeps one copy, split over the ranks:
 
 1. flatten the parameters into one vector of ``numel`` numbers and give rank ``r`` the slice ``shard_range``;
 2. each step, all-reduce the gradients as DDP does (every rank gets the average);
@@ -25,8 +25,9 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
+from .. import examples
 from ..ddp.launcher import device, launch
-from ..ddp.lesson import loss_fn, wrap
+from ..ddp.lesson import data, loss_fn, wrap
 from ..ddp.memory import bucket_bytes
 from ..memory.accounting import state_tensors, storage_bytes
 from .ranks import WIDTHS, parameter_count
@@ -55,6 +56,16 @@ def adam_state_bytes(numel: int, rank: int, world_size: int, element_size: int =
     """
     start, stop = shard_range(numel, rank, world_size)
     return 2 * (stop - start) * element_size + 4
+
+
+def one_device_state_bytes(widths: tuple[int, ...] = WIDTHS) -> int:
+    """The bytes of Adam's state after one step on one device, for the model of ``widths``: DDP's per rank."""
+    model = examples.mlp(widths)
+    optimizer = torch.optim.Adam(model.parameters())
+    x, y = data(8)
+    loss_fn(model(x), y).backward()
+    optimizer.step()
+    return storage_bytes(state_tensors(optimizer))
 
 
 def all_gathered(shard: torch.Tensor, numel: int) -> torch.Tensor:

@@ -11,21 +11,11 @@ from ..outcome import Outcome, only_true
 def ddp_state_per_rank() -> Outcome:
     """torch's DDP with Adam on 4 ranks (gloo on CPUs here), 3 steps: Adam's state bytes on each rank, and on one
     device training the same model."""
-    import torch
-
-    from dpcourse import examples
-    from dpcourse.ddp import lesson
-    from dpcourse.memory.accounting import state_tensors, storage_bytes
     from dpcourse.sharded import ranks, zero1
 
     on_ranks = ranks.train_on_ranks(zero1.ddp_program, 4)
     per_rank = [result["optimizer_state_bytes"] for result in on_ranks]
-    model = examples.mlp(ranks.WIDTHS)
-    optimizer = torch.optim.Adam(model.parameters())
-    x, y = lesson.data(8)
-    lesson.loss_fn(model(x), y).backward()
-    optimizer.step()
-    one = storage_bytes(state_tensors(optimizer))
+    one = zero1.one_device_state_bytes()
     text = (f"Adam's state on one device: {one:,} bytes\n"
             f"on each of 4 DDP ranks ({on_ranks[0]['backend']}): {', '.join(f'{b:,}' for b in per_rank)} bytes; "
             f"{sum(per_rank):,} bytes over the 4 ranks, {sum(per_rank) / one:g} times one device's")

@@ -1,0 +1,248 @@
+"""Lesson 18, ZeRO-1: the shared runner (``sharded.ranks``), the teaching implementation (``sharded.zero1``) on
+2, 3 and 4 real ranks against one-device Adam, the quiz's experiments in planted worlds, the exercises' planted
+mistakes, and the shard figure's layout."""
+
+import linecache
+import math
+import re
+from pathlib import Path
+
+import jupytext
+import pytest
+import torch
+
+from dpcourse import exercises
+from dpcourse.exercises.check import FAILED, PASSED
+from dpcourse.quiz import run_experiment
+from dpcourse.quiz.bank import load_lesson
+from dpcourse.sharded import ranks, zero1
+from dpcourse.viz.shards import shard_layout
+from tests import zero1_programs as programs
+from tests.test_figure_layout import problems
+
+pytestmark = pytest.mark.lesson18
+
+QUESTIONS = {question.id: question for question in load_lesson("18_zero1")}
+SOURCE = Path(__file__).resolve().parent.parent / "notebooks" / "src" / "18_zero1.py"
+EXPECTED = ranks.one_device()
+
+
+# The runner and the teaching implementation, on real ranks.
+
+@pytest.mark.parametrize("world_size", [2, 3, 4])
+def test_ddp_and_zero1_train_as_one_device_adam_and_zero1_keeps_a_shard_of_the_state(world_size):
+    results = ranks.train_on_ranks(zero1.ddp_then_zero1, world_size)
+    assert ranks.first_difference(results, EXPECTED) is None
+    assert ranks.first_difference([result["ddp"] for result in results], EXPECTED) is None
+    numel = ranks.parameter_count()
+    assert [result["state_bytes"] for result in results] == [
+        zero1.adam_state_bytes(numel, rank, world_size) for rank in range(world_size)]
+    assert {result["ddp"]["state_bytes"] for result in results} == {zero1.one_device_state_bytes()}
+    padded = math.ceil(numel / world_size) * world_size * 4
+    assert results[0]["collectives"] == [("all_reduce", numel * 4), ("all_gather", padded)] * 3
+    assert results[0]["ddp"]["bucket_bytes"] == numel * 4
+
+
+def test_the_course_model_cannot_be_split_evenly_over_2_3_or_4_ranks():
+    assert [ranks.parameter_count() % n for n in (2, 3, 4)] == [1, 1, 3]
+
+
+def test_adam_keeps_a_step_counter_for_an_empty_shard_as_adam_state_bytes_says():
+    from dpcourse.memory.accounting import state_tensors, storage_bytes
+
+    empty = torch.zeros(0, requires_grad=True)
+    optimizer = torch.optim.Adam([empty])
+    empty.grad = torch.zeros(0)
+    optimizer.step()
+    assert storage_bytes(state_tensors(optimizer)) == 4 == zero1.adam_state_bytes(2, 3, 4)
+
+
+def test_a_collective_that_calls_another_inside_torch_is_recorded_once():
+    results = ranks.train_on_ranks(programs.gathers_into_one_tensor, 2)
+    assert results[0]["collectives"] == [("all_gather_into_tensor", 16)]
+
+
+def test_the_programs_own_exception_comes_back_and_a_partial_answer_is_named():
+    with pytest.raises(ValueError, match="my own mistake"):
+        ranks.train_on_ranks(programs.raises, 2)
+    with pytest.raises(ValueError, match=r"parameter 0 .* \(1, 8\), not a tensor of the model's shape \(15, 8\)"):
+        ranks.train_on_ranks(programs.returns_shards, 2)
+
+
+def test_ranks_that_wait_for_each_other_are_stopped_with_advice():
+    with pytest.raises(TimeoutError, match="same collectives in the same order"):
+        ranks.train_on_ranks(programs.only_rank_0_reduces, 2, timeout=5)
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"world_size": 0}, "whole number >= 1"),
+    ({"world_size": 5}, "samples=24 per step cannot be split evenly over 5 ranks"),
+])
+def test_bad_arguments_are_refused_before_any_rank_starts(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        ranks.train_on_ranks(zero1.zero1_program, **kwargs)
+
+
+def test_first_difference_names_the_rank_and_the_parameter():
+    moved = [t.clone() for t in EXPECTED]
+    moved[3] += 1e-3
+    message = ranks.first_difference([{"parameters": EXPECTED}, {"parameters": moved}], EXPECTED)
+    assert message.startswith("rank 1's 2.bias (15,) differs from one-device Adam by up to 0.001")
+
+
+@pytest.mark.parametrize("world_size", range(1, 9))
+def test_shard_range_covers_every_vector_in_order_with_ceil_sized_shards(world_size):
+    for numel in range(41):
+        pieces = [zero1.shard_range(numel, rank, world_size) for rank in range(world_size)]
+        assert [n for piece in pieces for n in range(*piece)] == list(range(numel))
+        assert [b - a for a, b in pieces] == [len(c) for c in torch.arange(numel).chunk(world_size)] + [0] * (
+            world_size - len(torch.arange(numel).chunk(world_size)))
+
+
+@pytest.mark.parametrize(("args", "message"), [((10, 2, 2), "rank must be one of 0 ... 1"),
+                                                ((-1, 0, 2), "numel must be a whole number >= 0"),
+                                                ((10, 0, 0), "world_size must be a whole number >= 1")])
+def test_shard_range_names_a_bad_argument(args, message):
+    with pytest.raises(ValueError, match=message):
+        zero1.shard_range(*args)
+
+
+# The quiz: each experiment measures the keyed answer here, and the distractor in a planted world.
+
+@pytest.mark.parametrize("question_id", QUESTIONS)
+def test_the_experiment_measures_the_keyed_answer(question_id):
+    question = QUESTIONS[question_id]
+    assert run_experiment(question.experiment).value == question.answer
+
+
+def test_the_prompts_numbers_are_the_course_models():
+    numel = ranks.parameter_count()
+    sizes = [b - a for a, b in (zero1.shard_range(numel, rank, 4) for rank in range(4))]
+    prompt = QUESTIONS["18-unpadded-all-gather"].prompt
+    assert f"{numel} parameters" in prompt and "{}, {}, {} and {}".format(*sizes) in " ".join(prompt.split())
+
+
+def test_a_ddp_that_sharded_the_state_would_be_measured_as_a_quarter(monkeypatch):
+    monkeypatch.setattr(zero1, "ddp_program", zero1.zero1_program)
+    assert run_experiment("ddp_state_per_rank").value == "A quarter on each rank: DDP splits the optimizer state"
+
+
+def test_a_ddp_that_stepped_on_rank_0_only_would_be_measured_so(monkeypatch):
+    monkeypatch.setattr(zero1, "ddp_program", programs.rank_0_steps_and_broadcasts)
+    value = run_experiment("ddp_state_per_rank").value
+    assert value == "All of it on rank 0, none on the others: only rank 0 steps"
+
+
+def test_a_backend_that_gathered_uneven_pieces_would_be_measured_as_working(monkeypatch):
+    def gathers(world_size=4):
+        sizes = [110, 110, 110, 109]
+        return [{"sizes": sizes, "error": None, "gathered": torch.zeros(sum(sizes))} for _ in range(world_size)]
+
+    monkeypatch.setattr(zero1, "uneven_all_gather", gathers)
+    value = run_experiment("unpadded_all_gather").value
+    assert value == "It works: each rank receives pieces of the sizes it asked for"
+
+
+def test_a_backend_that_hung_on_uneven_pieces_would_be_measured_as_waiting(monkeypatch):
+    def hangs(world_size=4):
+        raise TimeoutError("DDP ranks [0, 1, 2, 3] were still running after 20 s; all ranks were stopped.")
+
+    monkeypatch.setattr(zero1, "uneven_all_gather", hangs)
+    assert run_experiment("unpadded_all_gather").value == "The ranks wait for each other until the timeout"
+
+
+def test_an_optimizer_whose_step_follows_the_gradients_size_would_be_measured_as_too_far(monkeypatch):
+    monkeypatch.setattr(zero1, "zero1_program", programs.sgd_sharded)
+    assert run_experiment("sum_instead_of_mean").value == "About 4 times too far: each step is as large as 4 steps"
+
+
+# The exercises: the lesson's solutions pass; planted mistakes fail, each with a message that says why.
+
+def _lesson_solutions() -> dict:
+    """The lesson's solution functions, run with its imports, kept where inspect.getsource finds them (a rank
+    gets zero1_training as its source)."""
+    cells = [cell.source for cell in jupytext.read(SOURCE).cells if cell.cell_type == "code"]
+    imports, solutions = cells[0].split("\nprint(")[0], {}
+    for source in cells:
+        if "### BEGIN SOLUTION" in source:
+            name = re.search(r"^def (\w+)\(", source, re.M).group(1)
+            code, filename = imports + "\n" + source, f"<18_zero1: {name}>"
+            linecache.cache[filename] = (len(code), None, code.splitlines(True), filename)
+            namespace: dict = {}
+            exec(compile(code, filename, "exec"), namespace)
+            solutions[name] = namespace[name]
+    return solutions
+
+
+def _floor_rest_on_last(numel, rank, world_size):
+    size = numel // world_size
+    return rank * size, numel if rank == world_size - 1 else (rank + 1) * size
+
+
+def _array_split_rule(numel, rank, world_size):
+    size, extra = divmod(numel, world_size)
+    start = rank * size + min(rank, extra)
+    return start, start + size + (rank < extra)
+
+
+def _unclamped(numel, rank, world_size):
+    size = math.ceil(numel / world_size)
+    return rank * size, (rank + 1) * size
+
+
+def _stop_clamped_only(numel, rank, world_size):
+    size = math.ceil(numel / world_size)
+    return rank * size, min((rank + 1) * size, numel)
+
+
+def _size_of(numel, rank, world_size):
+    start, stop = zero1.shard_range(numel, rank, world_size)
+    return stop - start
+
+
+DIFFERS = "differs from one-device Adam"
+MISTAKES = {
+    "shard_range": {
+        "floor division, the rest on the last rank": (_floor_rest_on_last, "every shard holds ceil("),
+        "numpy's array_split rule (sizes differ by at most 1)": (_array_split_rule, "every shard holds ceil("),
+        "nothing clamped: shards run past the vector": (_unclamped, "every shard holds ceil("),
+        "only the stop clamped: an empty shard starts past the end": (_stop_clamped_only, "starts after it stops"),
+    },
+    "adam_state_bytes": {
+        "the step counter forgotten": (lambda numel, rank, n: 8 * _size_of(numel, rank, n), "step counter"),
+        "one average, like momentum": (lambda numel, rank, n: 4 * _size_of(numel, rank, n) + 4, "exp_avg_sq"),
+        "every rank a full ceil-sized shard": (lambda numel, rank, n: 8 * math.ceil(numel / n) + 4, "expected"),
+        "DDP's state, the whole vector on every rank": (lambda numel, rank, n: 8 * numel + 4, "expected"),
+    },
+    "zero1_training": {
+        "Adam over every parameter on every rank, as DDP": (programs.ddp_training, "Give its Adam only"),
+        "no all-gather: the other shards never arrive": (programs.zero1_without(all_gather=False), DIFFERS),
+        "no all-reduce: each rank steps with its own gradient": (programs.zero1_without(all_reduce=False), DIFFERS),
+        "array_split shards gathered as ceil-sized ones": (programs.zero1_without(split="array_split"), DIFFERS),
+    },
+}
+
+
+@pytest.mark.parametrize("name", MISTAKES)
+def test_the_lessons_solution_passes(name):
+    report = exercises.check(name, _lesson_solutions()[name])
+    assert report.status == PASSED, repr(report)
+
+
+@pytest.mark.parametrize(("name", "mistake"), [(name, mistake) for name in MISTAKES for mistake in MISTAKES[name]])
+def test_a_planted_mistake_fails_with_a_message_that_says_why(name, mistake):
+    function, says = MISTAKES[name][mistake]
+    report = exercises.check(name, function)
+    assert report.status == FAILED, f"{mistake} passed:\n{report!r}"
+    failed = [outcome.detail for outcome in report.outcomes if outcome.verdict == FAILED]
+    assert any(says in detail for detail in failed), failed
+
+
+# The figure.
+
+@pytest.mark.parametrize("world_size", [1, 2, 3, 4, 8])
+def test_the_shard_figure_has_no_overlapping_text(world_size):
+    model = torch.nn.Sequential(torch.nn.Linear(8, 15), torch.nn.ReLU(), torch.nn.Linear(15, 15),
+                                torch.nn.ReLU(), torch.nn.Linear(15, 4))
+    assert problems(shard_layout([(n, p.numel()) for n, p in model.named_parameters()], world_size)) == []
+    assert problems(shard_layout([("tiny", 3)], world_size)) == []

@@ -5,12 +5,13 @@ import importlib
 
 import pytest
 
-from dpcourse.quiz import EXPERIMENTS, Outcome, Progress, Question, all_questions, ask, ask_lesson
+from dpcourse.quiz import Outcome, Progress, Question, all_questions, ask, ask_lesson
 from dpcourse.quiz import reveal as quiz_reveal
 from dpcourse.quiz.widget import markup
 
 QUESTIONS = all_questions()
 reveal_module = importlib.import_module("dpcourse.quiz.reveal")  # the package's `reveal` is the function
+quiz_widget = importlib.import_module("dpcourse.quiz.widget")
 
 
 def wrong_answer(question: Question) -> str:
@@ -100,7 +101,7 @@ def test_an_error_in_the_experiment_is_shown_in_the_feedback(tmp_path, monkeypat
         raise RuntimeError("the experiment broke")
 
     quiz = ask("03-counter-lost", Progress(tmp_path / "progress.json"))
-    monkeypatch.setitem(EXPERIMENTS, quiz.question.experiment, broken)
+    monkeypatch.setattr(quiz_widget, "run_experiment", lambda name: broken())  # whatever holds the experiments
     give(quiz, "0")
     quiz.experiment_button.click()
     assert "Right" in quiz.feedback.value
@@ -164,23 +165,26 @@ def revealed_text(result) -> str:
 
 
 def test_a_revealed_result_is_hidden_until_its_quiz_is_answered(live, tmp_path):
-    from IPython.display import display
+    from IPython.display import Image, display
 
     question = QUESTIONS[0]
     quiz = ask(question, Progress(tmp_path / "progress.json"))
     with quiz_reveal(question.id):
         print("the answer is 42")
         display("a figure")
-    [result] = live
+    result = live[0]
     assert not result.shown and hidden(result.output) and not hidden(result.show_button)
     assert reveal_module.PLACEHOLDER in result.placeholder.value and "42" not in result.placeholder.value
     assert revealed_text(result) == "the answer is 42\n'a figure'"  # prints first, then displays
+    with quiz_reveal(question.id):
+        display(Image(b"\x89PNG\r\n\x1a\n"))
+    assert live[-1].output.outputs[0]["data"]["image/png"] == "iVBORw0KGgo="  # base64, as nbformat stores it
     assert "42" not in repr(result)
 
     quiz.submit_button.click()  # no answer chosen yet: not an answer
     assert not result.shown
     give(quiz, wrong_answer(question))  # any answer shows it, a wrong one too
-    assert result.shown and hidden(result.placeholder) and hidden(result.show_button)
+    assert all(r.shown for r in live) and hidden(result.placeholder) and hidden(result.show_button)
 
 
 def test_show_reveals_without_an_answer_and_answered_quizzes_reveal_at_once(live, tmp_path):

@@ -24,6 +24,7 @@ apart). Write prints before figures, and ``display(figure)`` rather than a bare 
 ``with`` block would not show. An error in the block shows the result at once, with the traceback after it.
 """
 
+import base64
 import contextlib
 import os
 from collections.abc import Iterator
@@ -75,12 +76,23 @@ class HiddenResult(widgets.VBox):
 
 
 def outputs_of(captured: CapturedIO) -> tuple[dict, ...]:
-    """The notebook outputs (nbformat dicts) of what a block printed and displayed: prints, then displays."""
+    """The notebook outputs (nbformat dicts) of what a block printed and displayed: prints, then displays.
+
+    A PNG is kept as nbformat keeps it, base64 text: as ``bytes`` it would reach the front end as a binary buffer
+    (ipywidgets sends ``bytes`` in a widget's state that way), which the output area cannot show as an image.
+    """
     streams = [("stdout", captured.stdout), ("stderr", captured.stderr)]
     return (
         *({"output_type": "stream", "name": name, "text": text} for name, text in streams if text),
-        *({"output_type": "display_data", "data": out.data, "metadata": out.metadata} for out in captured.outputs),
+        *({"output_type": "display_data", "data": as_text(out.data), "metadata": out.metadata or {}}
+          for out in captured.outputs),
     )
+
+
+def as_text(data: dict) -> dict:
+    """A display's data by MIME type, with binary values (a PNG) in base64."""
+    return {mime: base64.b64encode(value).decode("ascii") if isinstance(value, bytes) else value
+            for mime, value in data.items()}
 
 
 def answered(question: str) -> None:

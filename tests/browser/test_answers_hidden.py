@@ -31,9 +31,11 @@ pytestmark = pytest.mark.browser
 ROOT = Path(__file__).resolve().parents[2]
 RUN_TIMEOUT_S = 120
 WAIT_MS = 30_000
-# What the page's outputs show, as a person reads them: hidden elements (display: none) are not in innerText.
+# What the cells' outputs show, as a person reads them: innerText leaves out what is hidden (display: none), but
+# only when asked of a shown element, so of each cell's own output area, not of one nested in an Output widget.
 OUTPUT_TEXT = PANEL + """
-return Array.from(panel.content.node.querySelectorAll('.jp-Cell .jp-OutputArea')).map(a => a.innerText).join('\\n');
+return Array.from(panel.content.node.querySelectorAll('.jp-Cell .jp-OutputArea'))
+  .filter(area => area.parentElement.closest('.jp-OutputArea') === null).map(area => area.innerText).join('\\n');
 """
 WAITING = PLACEHOLDER.split(" quiz")[0]  # "The result appears here once you answer the": one or several quizzes
 ANSWERS = {"number": "1", "shape": "(1,)"}  # any answer reveals: these are read as answers, right or wrong
@@ -91,7 +93,7 @@ def expect_revealed(lesson: LabNotebook, name: str, index: int) -> None:
     cell = lesson.cell(index)
     expect(cell.get_by_text(WAITING)).to_be_hidden()
     for clue in clues_in(name, index):
-        expect(cell.locator(".jp-OutputArea")).to_contain_text(clue, use_inner_text=True)
+        expect(cell.locator(".jp-OutputArea").first).to_contain_text(clue, use_inner_text=True)
 
 
 @pytest.mark.parametrize("name", [lesson.name for lesson in course.LESSONS])

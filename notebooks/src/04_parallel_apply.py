@@ -19,6 +19,7 @@ import threading
 import time
 
 import torch
+from IPython.display import display
 from torch import nn
 
 import dpcourse
@@ -40,12 +41,13 @@ quiz.ask("04-threads")
 # A trace records the thread each replica's forward ran in, for 10 rows on 3 devices and for a single row:
 
 # %% tags=["reveals-answer"]
-for batch in (10, 1):
-    with dpcourse.trace() as t:
-        dp(x[:batch])
-    runs = sorted((s.replica, s.thread, s.shapes[0]) for s in t.steps("forward"))
-    print(f"batch of {batch:2d}:", ", ".join(f"replica {i} ran {shape} in {thread}" for i, thread, shape in runs))
-print("this notebook's code runs in", threading.current_thread().name)
+with quiz.reveal("04-threads"):
+    for batch in (10, 1):
+        with dpcourse.trace() as t:
+            dp(x[:batch])
+        runs = sorted((s.replica, s.thread, s.shapes[0]) for s in t.steps("forward"))
+        print(f"batch of {batch:2d}:", ", ".join(f"replica {i} ran {shape} in {thread}" for i, thread, shape in runs))
+    print("this notebook's code runs in", threading.current_thread().name)
 
 # %% [markdown]
 # DataParallel is a single Python process: with 10 rows on 3 devices, three replicas ran in three worker
@@ -61,15 +63,16 @@ print("this notebook's code runs in", threading.current_thread().name)
 # One lane per thread; the hatched bars are the replicas' forwards:
 
 # %% tags=["reveals-answer"]
-wide = examples.mlp((512, 512, 512)).to(devices[0])
-rows = torch.randn(1536, 512, generator=torch.Generator().manual_seed(0)).to(devices[0])
-with dpcourse.trace() as t:
-    dpcourse.DataParallel(wide, devices=devices)(rows)
-forwards = sorted(t.steps("forward"), key=lambda span: span.start)
-print("the forwards ran in", [span.thread for span in forwards])
-print("two or more of them were running at the same moment:",
-      any(later.start < earlier.end for earlier, later in zip(forwards, forwards[1:])))
-viz.timeline(t)
+with quiz.reveal("04-threads"):
+    wide = examples.mlp((512, 512, 512)).to(devices[0])
+    rows = torch.randn(1536, 512, generator=torch.Generator().manual_seed(0)).to(devices[0])
+    with dpcourse.trace() as t:
+        dpcourse.DataParallel(wide, devices=devices)(rows)
+    forwards = sorted(t.steps("forward"), key=lambda span: span.start)
+    print("the forwards ran in", [span.thread for span in forwards])
+    print("two or more of them were running at the same moment:",
+          any(later.start < earlier.end for earlier, later in zip(forwards, forwards[1:])))
+    display(viz.timeline(t))
 
 # %% [markdown]
 # A forward hook registered on your model: how often does it run?
@@ -85,15 +88,16 @@ def note_call(module, args, output):
     calls.append((threading.current_thread(), len(args[0])))
 
 
-hook = model.register_forward_hook(note_call)
-dp4 = dpcourse.DataParallel(model, devices=dpcourse.devices(4))
-dp4(x[:8])
-first_forward, calls = calls, []
-dp4(x[:8])
-hook.remove()
-print("hook calls in one forward:", len(first_forward), "| rows per call:", [n for _, n in first_forward])
-print("threads:", sorted(thread.name for thread, _ in first_forward))
-print("new thread objects in the next forward:", not {t for t, _ in first_forward} & {t for t, _ in calls})
+with quiz.reveal("04-hook-count"):
+    hook = model.register_forward_hook(note_call)
+    dp4 = dpcourse.DataParallel(model, devices=dpcourse.devices(4))
+    dp4(x[:8])
+    first_forward, calls = calls, []
+    dp4(x[:8])
+    hook.remove()
+    print("hook calls in one forward:", len(first_forward), "| rows per call:", [n for _, n in first_forward])
+    print("threads:", sorted(thread.name for thread, _ in first_forward))
+    print("new thread objects in the next forward:", not {t for t, _ in first_forward} & {t for t, _ in calls})
 
 # %% [markdown]
 # The hook dictionary travels with the shallow copy (lesson 03), so every replica runs your hook: once per
@@ -258,12 +262,13 @@ class Picky(nn.Module):
         return x
 
 
-values = torch.ones(6, 1, device=devices[0])
-values[2] = values[5] = -1.0  # 6 rows on 3 devices
-try:
-    dpcourse.DataParallel(Picky(), devices=devices)(values)
-except Exception as error:  # whatever it raises
-    show(error)
+with quiz.reveal("04-error-message"):
+    values = torch.ones(6, 1, device=devices[0])
+    values[2] = values[5] = -1.0  # 6 rows on 3 devices
+    try:
+        dpcourse.DataParallel(Picky(), devices=devices)(values)
+    except Exception as error:  # whatever it raises
+        show(error)
 
 # %% [markdown]
 # parallel_apply catches the exception in the thread and raises it again in yours: the same type (`ValueError`),

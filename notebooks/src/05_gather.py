@@ -16,6 +16,7 @@ import warnings
 from collections import namedtuple
 
 import torch
+from IPython.display import display
 from torch import nn
 
 import dpcourse
@@ -39,16 +40,17 @@ quiz.ask("05-gather-concatenates")
 # gathered output:
 
 # %% tags=["reveals-answer"]
-output = dp(x)
-per_chunk = [model(chunk) for chunk in x.chunk(4)]
-print("replica outputs:", [list(o.shape) for o in per_chunk], "-> gathered:", list(output.shape))
-print("equal to torch.cat of the per-chunk outputs:", torch.equal(output, torch.cat(per_chunk)))
-viz.gather_view([3, 3, 3, 1], features=output.shape[1])
+with quiz.reveal("05-gather-concatenates"):
+    output = dp(x)
+    per_chunk = [model(chunk) for chunk in x.chunk(4)]
+    print("replica outputs:", [list(o.shape) for o in per_chunk], "-> gathered:", list(output.shape))
+    print("equal to torch.cat of the per-chunk outputs:", torch.equal(output, torch.cat(per_chunk)))
+    display(viz.gather_view([3, 3, 3, 1], features=output.shape[1]))
 
 # %% [markdown]
-# Gather copies the outputs, in replica order, into one new tensor along `dim` (default 0): a concatenation,
-# never a sum or an average. The running example's outputs have one row per sample, so concatenating them
-# rebuilds the whole batch's output, in order.
+# Gather copies the outputs, in replica order, into one new tensor along `dim` (default 0), as the comparison
+# above measures: it joins them end to end and never adds or averages them. The running example's outputs have
+# one row per sample, so joining them rebuilds the whole batch's output, in order.
 #
 # Gather returns whatever `forward` returned, and nothing more: DataParallel never sees the labels, computes
 # no loss and averages nothing. The loss is your code, run on the gathered output, so it is the very loss
@@ -160,16 +162,17 @@ class WithLoss(nn.Module):
         return examples.loss_fn(self.model(x), y)
 
 
-with_loss = WithLoss().to(devices[0])
-x6, y6 = examples.make_batch(6, device=devices[0])
-with warnings.catch_warnings(record=True) as caught:
-    warnings.simplefilter("always")
-    losses = dpcourse.DataParallel(with_loss, devices=devices)(x6, y6)
-    single = dpcourse.DataParallel(with_loss, devices=dpcourse.devices(1))(x6, y6)
-print("6 rows on 4 devices: chunks", [len(c) for c in x6.chunk(4)], "-> shape", list(losses.shape))
-print(f"{caught[0].category.__name__}: {caught[0].message}")
-print("the same module on 1 device: shape", list(single.shape), "| warnings in all:", len(caught))
-warnings.filterwarnings("ignore", message="Was asked to gather along dimension 0")  # seen once is enough
+with quiz.reveal("05-scalar-loss-shape"):
+    with_loss = WithLoss().to(devices[0])
+    x6, y6 = examples.make_batch(6, device=devices[0])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        losses = dpcourse.DataParallel(with_loss, devices=devices)(x6, y6)
+        single = dpcourse.DataParallel(with_loss, devices=dpcourse.devices(1))(x6, y6)
+    print("6 rows on 4 devices: chunks", [len(c) for c in x6.chunk(4)], "-> shape", list(losses.shape))
+    print(f"{caught[0].category.__name__}: {caught[0].message}")
+    print("the same module on 1 device: shape", list(single.shape), "| warnings in all:", len(caught))
+    warnings.filterwarnings("ignore", message="Was asked to gather along dimension 0")  # seen once is enough
 
 # %% [markdown]
 # Each replica's 0-d loss becomes one entry of a vector, with the warning above (`Gather.forward` in

@@ -81,19 +81,20 @@ quiz.ask("06-gradients-summed")
 # j + 1, so that the three copies get visibly different gradients:
 
 # %% tags=["reveals-answer"]
-three = dpcourse.devices(3)
-linear = nn.Linear(2, 1).to(three[0])
-copies = dpcourse.replicate(linear, three)
-x_one = torch.tensor([[1.0, 2.0]])
-outputs = [copy(x_one.to(device)).sum().to(three[0]) for copy, device in zip(copies, three)]  # each on its device
-loss = sum((j + 1) * output for j, output in enumerate(outputs))
-per_copy = torch.autograd.grad(loss, [copy.weight for copy in copies], retain_graph=True)
-loss.backward()
-for j, grad in enumerate(per_copy):
-    print(f"copy {j}'s weight: grad {grad.tolist()}")
-mean = sum(grad.to(three[0]) for grad in per_copy) / 3
-print("linear.weight.grad:", linear.weight.grad.tolist(), "| the mean would be", mean.tolist())
-print("the gradient lands on the original parameter's device:", linear.weight.grad.device)
+with quiz.reveal("06-gradients-summed"):
+    three = dpcourse.devices(3)
+    linear = nn.Linear(2, 1).to(three[0])
+    copies = dpcourse.replicate(linear, three)
+    x_one = torch.tensor([[1.0, 2.0]])
+    outputs = [copy(x_one.to(device)).sum().to(three[0]) for copy, device in zip(copies, three)]  # each on its device
+    loss = sum((j + 1) * output for j, output in enumerate(outputs))
+    per_copy = torch.autograd.grad(loss, [copy.weight for copy in copies], retain_graph=True)
+    loss.backward()
+    for j, grad in enumerate(per_copy):
+        print(f"copy {j}'s weight: grad {grad.tolist()}")
+    mean = sum(grad.to(three[0]) for grad in per_copy) / 3
+    print("linear.weight.grad:", linear.weight.grad.tolist(), "| the mean would be", mean.tolist())
+    print("the gradient lands on the original parameter's device:", linear.weight.grad.device)
 
 # %% [markdown]
 # One weight used in N places has, by the chain rule, the **sum** of the N gradients, and that is what
@@ -119,15 +120,16 @@ print("the gradient lands on the original parameter's device:", linear.weight.gr
 quiz.ask("06-mean-loss-matches")
 
 # %% tags=["reveals-answer"]
-for batch in (10, 7, 13):
-    model = examples.make_model().to(devices[0])
-    oracle = examples.twin(model)
-    xb, yb = examples.make_batch(batch, device=devices[0])
-    examples.loss_fn(oracle(xb), yb).backward()
-    examples.loss_fn(dpcourse.DataParallel(model, devices=devices)(xb), yb).backward()
-    sizes = [len(chunk) for chunk in dpcourse.scatter(xb, devices)]
-    print(f"batch {batch:2d}, chunks {sizes}: max |grad difference| vs the oracle = "
-          f"{examples.max_grad_difference(model, oracle):.0e}")
+with quiz.reveal("06-mean-loss-matches"):
+    for batch in (10, 7, 13):
+        model = examples.make_model().to(devices[0])
+        oracle = examples.twin(model)
+        xb, yb = examples.make_batch(batch, device=devices[0])
+        examples.loss_fn(oracle(xb), yb).backward()
+        examples.loss_fn(dpcourse.DataParallel(model, devices=devices)(xb), yb).backward()
+        sizes = [len(chunk) for chunk in dpcourse.scatter(xb, devices)]
+        print(f"batch {batch:2d}, chunks {sizes}: max |grad difference| vs the oracle = "
+              f"{examples.max_grad_difference(model, oracle):.0e}")
 
 # %% [markdown]
 # Differences of 1e-8 are float rounding: the sums are added in another order. The summed gradient is the
@@ -227,14 +229,15 @@ widgets.GradientSum(reduction="per-replica mean", batch=8, devices=2)
 quiz.ask("06-sum-of-replica-losses")
 
 # %% tags=["reveals-answer"]
-model = examples.make_model().to(devices[0])
-oracle = examples.twin(model)
-x8, y8 = examples.make_batch(8, device=devices[0])
-dpcourse.DataParallel(LossInside(model), devices=dpcourse.devices(2))(x8, y8).sum().backward()
-examples.loss_fn(oracle(x8), y8).backward()
-scale = (model[0].weight.grad.norm() / oracle[0].weight.grad.norm()).item()
-scaled = all(torch.allclose(p.grad, scale * q.grad, atol=1e-6) for p, q in zip(model.parameters(), oracle.parameters()))
-print(f"8 rows on 2 devices, .sum() of the chunk means: every grad = {scale:.4f} x the one-device grad:", scaled)
+with quiz.reveal("06-sum-of-replica-losses"):
+    model = examples.make_model().to(devices[0])
+    oracle = examples.twin(model)
+    x8, y8 = examples.make_batch(8, device=devices[0])
+    dpcourse.DataParallel(LossInside(model), devices=dpcourse.devices(2))(x8, y8).sum().backward()
+    examples.loss_fn(oracle(x8), y8).backward()
+    scale = (model[0].weight.grad.norm() / oracle[0].weight.grad.norm()).item()
+    scaled = all(torch.allclose(p.grad, scale * q.grad, atol=1e-6) for p, q in zip(model.parameters(), oracle.parameters()))
+    print(f"8 rows on 2 devices, .sum() of the chunk means: every grad = {scale:.4f} x the one-device grad:", scaled)
 
 # %% [markdown]
 # For SGD, N times the gradient is an N times larger learning rate, which changes with the number of GPUs.

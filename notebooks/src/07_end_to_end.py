@@ -65,11 +65,12 @@ print("dp.parameters() are the model's parameters:",
 quiz.ask("07-state-dict-keys")
 
 # %% tags=["reveals-answer"]
-print("dp.state_dict() keys:", list(dp.state_dict()))
-try:
-    examples.make_model().load_state_dict(dp.state_dict())
-except RuntimeError as error:
-    print(error)
+with quiz.reveal("07-state-dict-keys"):
+    print("dp.state_dict() keys:", list(dp.state_dict()))
+    try:
+        examples.make_model().load_state_dict(dp.state_dict())
+    except RuntimeError as error:
+        print(error)
 
 # %% [markdown]
 # The wrapped model is the submodule called `module`, so every key gains `module.`. This is deliberate:
@@ -121,17 +122,18 @@ quiz.ask("07-placement")
 # there, as if it had been added after the model was moved.
 
 # %% tags=["reveals-answer"]
-model = examples.make_model().to(devices[0])
-model[2].to("meta")
-for stage in ("wrap", "forward"):
-    try:
-        if stage == "wrap":
-            dp = dpcourse.DataParallel(model, devices=dpcourse.devices(2))
-        else:
-            dp(x)
-        print(f"{stage}: no complaint")
-    except RuntimeError as error:
-        print(f"{stage}: {error}")
+with quiz.reveal("07-placement"):
+    model = examples.make_model().to(devices[0])
+    model[2].to("meta")
+    for stage in ("wrap", "forward"):
+        try:
+            if stage == "wrap":
+                dp = dpcourse.DataParallel(model, devices=dpcourse.devices(2))
+            else:
+                dp(x)
+            print(f"{stage}: no complaint")
+        except RuntimeError as error:
+            print(f"{stage}: {error}")
 
 # %% [markdown]
 # Wrapping checked nothing. Every forward, before anything else, checks that all parameters and buffers are on
@@ -172,9 +174,10 @@ class WithStats(nn.Module):
         self.stats = torch.zeros(2)  # a plain tensor attribute
 
 
-stats_model = WithStats().to("meta")
-print("parameter:", stats_model.linear.weight.device, "| buffer:", stats_model.counts.device,
-      "| plain tensor attribute:", stats_model.stats.device)
+with quiz.reveal("07-plain-tensor-stays"):
+    stats_model = WithStats().to("meta")
+    print("parameter:", stats_model.linear.weight.device, "| buffer:", stats_model.counts.device,
+          "| plain tensor attribute:", stats_model.stats.device)
 
 # %% [markdown]
 # `.to()` moves the tensors a module has registered, its parameters and buffers (`torch/nn/modules/module.py:
@@ -245,9 +248,10 @@ class ChunkMean(nn.Module):
         return per_sample_losses.mean()
 
 
-per_sample = torch.ones(10, requires_grad=True)
-dpcourse.DataParallel(ChunkMean(), devices=dpcourse.devices(4))(per_sample).mean().backward()
-print("weight of each sample's loss:", [f"1/{round(1 / w)}" for w in per_sample.grad.tolist()])
+with quiz.reveal("07-lone-sample-weight"):
+    per_sample = torch.ones(10, requires_grad=True)
+    dpcourse.DataParallel(ChunkMean(), devices=dpcourse.devices(4))(per_sample).mean().backward()
+    print("weight of each sample's loss:", [f"1/{round(1 / w)}" for w in per_sample.grad.tolist()])
 
 # %% [markdown]
 # Layers that look across the batch are the other trap. The running example with a BatchNorm layer:
@@ -256,12 +260,13 @@ print("weight of each sample's loss:", [f"1/{round(1 / w)}" for w in per_sample.
 quiz.ask("07-batchnorm-last-chunk")
 
 # %% tags=["reveals-answer"]
-print("one device, all 10 rows:", list(examples.make_model(batchnorm=True).to(devices[0])(x).shape))
-try:
-    dpcourse.DataParallel(examples.make_model(batchnorm=True).to(devices[0]), devices=dpcourse.devices(4))(x)
-except Exception as error:  # whatever it raises
-    lines = str(error).strip().splitlines()
-    print(lines[0], "...", lines[-1], sep="\n")
+with quiz.reveal("07-batchnorm-last-chunk"):
+    print("one device, all 10 rows:", list(examples.make_model(batchnorm=True).to(devices[0])(x).shape))
+    try:
+        dpcourse.DataParallel(examples.make_model(batchnorm=True).to(devices[0]), devices=dpcourse.devices(4))(x)
+    except Exception as error:  # whatever it raises
+        lines = str(error).strip().splitlines()
+        print(lines[0], "...", lines[-1], sep="\n")
 
 # %% [markdown]
 # BatchNorm in training mode needs more than one row: the same model runs on one device with all 10 rows;

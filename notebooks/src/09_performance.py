@@ -177,14 +177,15 @@ quiz.ask("09-replicate-each-forward")
 quiz.ask("09-replicate-bytes")
 
 # %% tags=["reveals-answer"]
-parameter_bytes = sum(p.nbytes for p in model.parameters())
-with dpcourse.trace() as t:
-    for n in (2, 3, 4):
-        dpcourse.DataParallel(model, devices=dpcourse.devices(n))(x[:8])
-        dpcourse.DataParallel(model, devices=dpcourse.devices(n))(x[:8])
-for n, span in zip((2, 2, 3, 3, 4, 4), t.steps("replicate")):
-    print(f"{n} devices: replicate copied {span.bytes_copied:>9,} bytes = {span.bytes_copied // parameter_bytes}"
-          f" x the {parameter_bytes:,} parameter bytes")
+with quiz.reveal("09-replicate-each-forward", "09-replicate-bytes"):
+    parameter_bytes = sum(p.nbytes for p in model.parameters())
+    with dpcourse.trace() as t:
+        for n in (2, 3, 4):
+            dpcourse.DataParallel(model, devices=dpcourse.devices(n))(x[:8])
+            dpcourse.DataParallel(model, devices=dpcourse.devices(n))(x[:8])
+    for n, span in zip((2, 2, 3, 3, 4, 4), t.steps("replicate")):
+        print(f"{n} devices: replicate copied {span.bytes_copied:>9,} bytes = {span.bytes_copied // parameter_bytes}"
+              f" x the {parameter_bytes:,} parameter bytes")
 
 # %% [markdown]
 # At every forward DataParallel builds the replicas again and throws them away after the step. Two forwards,
@@ -202,13 +203,14 @@ for n, span in zip((2, 2, 3, 3, 4, 4), t.steps("replicate")):
 quiz.ask("09-modules-per-forward")
 
 # %% tags=["reveals-answer"]
-deep = nn.Sequential(*(nn.Linear(8, 8) for _ in range(50))).to(devices[0])
-replicas = dpcourse.replicate(deep, devices)
-built = sum(len(list(r.modules())) for r in replicas)
-print(f"{len(list(deep.modules()))} modules on 4 devices: {built} new module objects, for "
-      f"{sum(p.nbytes for p in deep.parameters()):,} bytes of parameters")
-print("none of them is one of the original modules:",
-      not {id(m) for r in replicas for m in r.modules()} & {id(m) for m in deep.modules()})
+with quiz.reveal("09-modules-per-forward"):
+    deep = nn.Sequential(*(nn.Linear(8, 8) for _ in range(50))).to(devices[0])
+    replicas = dpcourse.replicate(deep, devices)
+    built = sum(len(list(r.modules())) for r in replicas)
+    print(f"{len(list(deep.modules()))} modules on 4 devices: {built} new module objects, for "
+          f"{sum(p.nbytes for p in deep.parameters()):,} bytes of parameters")
+    print("none of them is one of the original modules:",
+          not {id(m) for r in replicas for m in r.modules()} & {id(m) for m in deep.modules()})
 
 # %% [markdown]
 # One shallow copy of every submodule for every device, replica 0 included. That is Python work on the main

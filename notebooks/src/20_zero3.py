@@ -34,24 +34,9 @@ print({f"{n} ranks": backend_for(n) for n in (2, 3, 4)})
 # ## The idea: a layer is whole only while it runs
 # [ZeRO](00_start_here.ipynb#Glossary) stage 3 flattens each layer's parameters into one vector and gives rank
 # r the slice `shard_range(numel, r, n)` of lesson 18 (slices of `ceil(numel / n)` numbers, the last ones
-# shorter). A rank keeps its slices and Adam's state for them, nothing else. For each layer, in order:
-#
-# 1. **before its forward**: every rank pads its slice to `ceil(numel / n)` numbers and an all-gather puts the
-#    whole vector together on every rank; the layer runs on views of it (`torch.func.functional_call`);
-# 2. **after its forward**: the vector's memory is given back, `untyped_storage().resize_(0)`, as FSDP2's
-#    `free_storage` does (`torch/distributed/fsdp/_fully_shard/_fsdp_param.py: free_storage`). Autograd keeps
-#    the tensors it saved for backward (a Linear saves its weight, lesson 15), but they now hold no memory;
-# 3. **before its backward**: a hook on the layer's output runs when the gradient reaching the layer is ready,
-#    gives the storage its size back and all-gathers into it again. FSDP registers the same kind of hook
-#    (`torch/distributed/fsdp/_runtime_utils.py: _register_pre_backward_hooks`);
-# 4. **its backward** ends in the backward of the all-gather, a **reduce-scatter**: each rank receives the sum
-#    of every rank's gradient for its own slice, divides by n (DDP's average), and frees the vector again.
-#    torch's own differentiable all-gather has a reduce-scatter for its backward too on NCCL
-#    (`torch/distributed/nn/functional.py: _AllGather.backward`).
-#
-# Adam then updates each rank's slices. The model is the course's MLP, 8 inputs, four hidden layers of 127
-# units, 4 outputs; each rank trains on its share of 24 samples per step. Its layers hold these many
-# parameters, which do not all split evenly:
+# shorter). A rank keeps its slices and Adam's state for them, nothing else. The model is the course's MLP,
+# 8 inputs, four hidden layers of 127 units, 4 outputs; each rank trains on its share of 24 samples per step.
+# Its layers hold these many parameters, which do not all split evenly:
 
 # %%
 layer_sizes = [sum(p.numel() for p in layer.parameters())
@@ -61,7 +46,10 @@ print("parameters per layer:", layer_sizes, f"{sum(layer_sizes):,} in all; the l
 print("slices of the first layer on 4 ranks:", [shard_range(layer_sizes[0], rank, 4) for rank in range(4)])
 
 # %% [markdown]
-# What does a rank hold of a layer once the layer's forward has returned?
+# To run a layer, a rank needs all of its parameters. So just before the layer's forward every rank pads its
+# slice to `ceil(numel / n)` numbers, and an all-gather puts the whole vector together on every rank; the layer
+# runs on views of it (`torch.func.functional_call`). Autograd keeps what the forward saved for backward (a
+# Linear saves its weight, lesson 15). What does a rank hold of the layer once its forward has returned?
 
 # %%
 quiz.ask("20-after-forward")
@@ -84,9 +72,23 @@ with quiz.reveal("20-after-forward"):
     print("bytes of rank 0's shard of each layer:                     ", zero3["shard_bytes"])
 
 # %% [markdown]
-# The gathered vectors hold nothing after the forward: only the shards stay. Is the result still right?
-# Every way's weights after 3 steps, on every rank, against one device training on the whole batch with Adam
-# (`ranks.one_device`, lesson 18's oracle), within a relative 1e-5:
+# The gathered vectors hold nothing after the forward: only the shards stay. For each layer, in order:
+#
+# 1. **before its forward**: the all-gather above;
+# 2. **after its forward**: the vector's memory is given back, `untyped_storage().resize_(0)`, as FSDP2's
+#    `free_storage` does (`torch/distributed/fsdp/_fully_shard/_fsdp_param.py: free_storage`). The tensors
+#    autograd saved are still there, but hold no memory;
+# 3. **before its backward**: a hook on the layer's output runs when the gradient reaching the layer is ready,
+#    gives the storage its size back and all-gathers into it again. FSDP registers the same kind of hook
+#    (`torch/distributed/fsdp/_runtime_utils.py: _register_pre_backward_hooks`);
+# 4. **its backward** ends in the backward of the all-gather, a **reduce-scatter**: each rank receives the sum
+#    of every rank's gradient for its own slice, divides by n (DDP's average), and frees the vector again.
+#    torch's own differentiable all-gather has a reduce-scatter for its backward too, on NCCL
+#    (`torch/distributed/nn/functional.py: _AllGather.backward`).
+#
+# Adam then updates each rank's slices (`dpcourse/sharded/zero3.py`: `Layer`, `Zero3`, `program`). Is the
+# result still right? Every way's weights after 3 steps, on every rank, against one device training on the
+# whole batch with Adam (`ranks.one_device`, lesson 18's oracle), within a relative 1e-5:
 
 # %%
 oracle = ranks.one_device(widths=zero3_measure.WIDE)
@@ -143,22 +145,25 @@ display(zero3_memory({way: measured[0]["ways"][way] for way in ("DDP", "ZeRO-3",
 # Gathering a layer only when it is needed makes the rank wait for the network before every layer. With
 # prefetch the next layer's all-gather starts before the current layer runs: forward starts the layer after,
 # backward the layer before (`prefetch=True` in `zero3.Zero3`; `dist.all_gather(..., async_op=True)` returns at
-# once and the layer waits for it only when it runs). FSDP's `BackwardPrefetch` documents the trade
-# (`torch/distributed/fsdp/api.py: BackwardPrefetch`): overlap, for memory.
+# once and the layer waits for it only when it runs).
 
 # %%
 quiz.ask("20-prefetch-peak")
 
 # %% tags=["reveals-answer"]
 with quiz.reveal("20-prefetch-peak"):
-    for way in ("ZeRO-3", "ZeRO-3, prefetch"):
-        print(f"{way:<18} rank 0's peak {max(measured[0]['ways'][way]['allocated']):,} bytes")
+    peaks = {way: max(measured[0]["ways"][way]["allocated"]) for way in ("ZeRO-3", "ZeRO-3, prefetch")}
+    print(", ".join(f"{way}: rank 0's peak {peak:,} bytes" for way, peak in peaks.items()),
+          f"({peaks['ZeRO-3, prefetch'] - peaks['ZeRO-3']:+,} with prefetch)")
     display(zero3_memory({way: measured[0]["ways"][way] for way in ("DDP", "ZeRO-3", "ZeRO-3, prefetch")}))
 
 # %% [markdown]
-# With prefetch two layers are whole at once at the highest point. Whether the overlap pays for it depends on
-# how long a layer computes against how long its all-gather takes; on this machine the ranks share two cores and
-# talk over the loopback interface, so no time measured here would say much about GPUs, and none is shown.
+# With prefetch, a layer's vector is allocated while the layer before it is still whole, so the peak can only
+# rise; by how much depends on what else is alive at that moment. FSDP's `BackwardPrefetch` documents the same
+# trade (`torch/distributed/fsdp/api.py: BackwardPrefetch`): more overlap, for more memory. Whether the overlap
+# pays for it depends on how long a layer computes against how long its all-gather takes; on this machine the
+# ranks share two cores and talk over the loopback interface, so no time measured here would say much about
+# GPUs, and none is shown.
 #
 # ## Write it yourself
 # ### Exercise: the bytes of one step

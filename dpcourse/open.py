@@ -24,6 +24,10 @@ What it does, and why:
   ``@jupyterlab/apputils-extension:announcements``, is disabled by the page config in
   ``dpcourse/jupyter_config/``, which ``JUPYTER_CONFIG_PATH`` adds for this server only: your own settings and
   other JupyterLabs are left alone. (``--LabApp.news_url=None`` does not stop the pop-up in JupyterLab 4.6.)
+* **Saves widgets for a later visit.** A widget the learner's kernel made is gone once that kernel stops, and its
+  saved output would then read "Error displaying widget: model not found". The same folder's
+  ``jupyter_server_config.py`` has the server save such an output as the sentence "▶ Run this cell to answer or
+  explore", the one a lesson's saved widgets show before their cell runs; the open tab keeps its live widgets.
 """
 
 import argparse
@@ -46,7 +50,7 @@ IN_A_CLONE = (REPOSITORY / "notebooks" / "student").is_dir()
 # pyproject.toml's data-files put under the environment's prefix.
 LESSONS = REPOSITORY / "notebooks" / "student" if IN_A_CLONE else Path(sys.prefix) / "share" / "dpcourse" / "lessons"
 COURSE_FOLDER = (REPOSITORY if IN_A_CLONE else Path.cwd()) / "my-course"
-LAB_CONFIG = Path(__file__).resolve().parent / "jupyter_config"  # a Jupyter config directory: labconfig/...
+LAB_CONFIG = Path(__file__).resolve().parent / "jupyter_config"  # a Jupyter config directory (page, server)
 KERNEL = "python3"
 
 
@@ -114,7 +118,8 @@ def lab_command(folder: Path, lab_args: Sequence[str] = ()) -> list[str]:
 
 
 def lab_environment() -> dict[str, str]:
-    """This process's environment with ``LAB_CONFIG`` first on ``JUPYTER_CONFIG_PATH`` (no news pop-up)."""
+    """This process's environment with ``LAB_CONFIG`` first on ``JUPYTER_CONFIG_PATH``: no news pop-up, and widget
+    outputs saved for a later visit."""
     env = dict(os.environ)
     env["JUPYTER_CONFIG_PATH"] = os.pathsep.join(filter(None, [str(LAB_CONFIG), env.get("JUPYTER_CONFIG_PATH")]))
     return env

@@ -4,14 +4,19 @@ kernel's metadata) and the JupyterLab command it hands over to. The browser side
 
 import json
 import os
+import runpy
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import nbformat
 import pytest
 from nbformat.sign import NotebookNotary
 
 from dpcourse import open as course
+
+if TYPE_CHECKING:
+    from traitlets.config import Config
 
 ROOT = Path(__file__).resolve().parent.parent
 ANNOUNCEMENTS = "@jupyterlab/apputils-extension:announcements"
@@ -132,3 +137,57 @@ def test_jupyterlab_starts_in_the_folder_on_localhost_with_the_extra_arguments(
 def test_the_lab_config_disables_the_news_popup() -> None:
     page_config = json.loads((course.LAB_CONFIG / "labconfig" / "page_config.json").read_text())
     assert page_config == {"disabledExtensions": {ANNOUNCEMENTS: True}}
+
+
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
+
+
+def server_config() -> "Config":
+    """The configuration the course's server reads from ``jupyter_config/``, read as Jupyter reads it."""
+    from traitlets.config import Config
+
+    config = Config()
+    runpy.run_path(str(course.LAB_CONFIG / "jupyter_server_config.py"), init_globals={"get_config": lambda: config})
+    return config
+
+
+def widget_output(model_id: str) -> nbformat.NotebookNode:
+    view = {"model_id": model_id, "version_major": 2, "version_minor": 0}
+    return nbformat.v4.new_output("execute_result", {WIDGET_VIEW: view, "text/plain": "Quiz()"}, execution_count=1)
+
+
+def notebook_with_widgets(saved: str, ran: str) -> nbformat.NotebookNode:
+    """A notebook whose saved widget state holds the model ``saved``; cell 0 shows it, cell 1 shows ``ran`` (a
+    model of the kernel that ran it), cell 2 a view its widget closed, cell 3 plain text."""
+    cells = [nbformat.v4.new_code_cell("quiz.ask()", execution_count=1) for _ in range(4)]
+    cells[0].outputs, cells[1].outputs, cells[2].outputs = [widget_output(saved)], [widget_output(ran)], [
+        widget_output("")]
+    cells[3].outputs = [nbformat.v4.new_output("stream", name="stdout", text="hello\n")]
+    notebook = nbformat.v4.new_notebook(cells=cells)
+    notebook.metadata["widgets"] = {WIDGET_STATE: {"state": {saved: {"state": {}}}, "version_major": 2}}
+    return notebook
+
+
+def test_the_server_saves_a_widget_whose_model_is_gone_as_the_run_this_cell_sentence(tmp_path: Path) -> None:
+    from jupyter_server.services.contents.filemanager import FileContentsManager
+
+    from dpcourse.widgets._base import RUN_THIS_CELL
+
+    notebook = notebook_with_widgets(saved="a" * 32, ran="b" * 32)
+    manager = FileContentsManager(root_dir=str(tmp_path), config=server_config())
+    manager.save({"type": "notebook", "content": json.loads(nbformat.writes(notebook))}, "lesson.ipynb")
+    written = read(tmp_path / "lesson.ipynb")
+    kept, replaced, closed, text = (cell.outputs for cell in written.cells)
+    assert replaced[0].data == {"text/html": RUN_THIS_CELL, "text/plain": "Quiz()"}
+    assert (kept, closed, text) == (notebook.cells[0].outputs, notebook.cells[2].outputs, notebook.cells[3].outputs)
+    assert written.metadata == notebook.metadata
+    assert "Run this cell</b> to answer or explore" in RUN_THIS_CELL  # the sentence the build writes, one file
+
+
+def test_the_save_hook_leaves_other_files_alone() -> None:
+    hook = server_config().ContentsManager.pre_save_hook
+    text = {"type": "file", "format": "text", "content": '{"model_id": "x"}'}
+    hook(model=text, path="notes.txt", contents_manager=None)
+    assert text["content"] == '{"model_id": "x"}'
+    hook(model={"type": "directory"}, path="lessons", contents_manager=None)

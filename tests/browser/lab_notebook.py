@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import nbformat
-from playwright.sync_api import Locator, Page
+from playwright.sync_api import Browser, BrowserContext, Locator, Page
 
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 EXPECTED_ERROR_TAGS = ["raises-exception", "nbval-raises-exception"]  # cells meant to raise (nbclient, nbval)
@@ -69,6 +69,21 @@ return cells.length ? cells[cells.length - 1].getBoundingClientRect().bottom + 4
 """
 
 
+# Resolves once the kernel's info and spec have arrived and JupyterLab has written them into the notebook; says
+# whether the tab is then marked modified, and what it wrote.
+KERNEL_METADATA_APPLIED = PANEL + """
+return panel.sessionContext.ready.then(async () => {
+  const kernel = panel.sessionContext.session.kernel;
+  await kernel.info;
+  await kernel.spec;
+  await new Promise(resolve => setTimeout(resolve, 1000));
+  const model = panel.context.model;
+  const metadata = name => model.getMetadata(name);
+  return {dirty: model.dirty, kernelspec: metadata('kernelspec'), language_info: metadata('language_info')};
+});
+"""
+
+
 def js(body: str) -> str:
     return f"(path) => {{ {body} }}"
 
@@ -83,6 +98,15 @@ def stored_widget_views(path: Path) -> dict[int, int]:
             if views:
                 counts[index] = views
     return counts
+
+
+def in_a_new_context(browser: Browser, server: object, path: str) -> tuple[BrowserContext, "LabNotebook"]:
+    """A new browser context (nothing kept from earlier pages) and, in a page of it, the notebook at ``path`` of
+    ``server`` (a ``lab_server.LabServer``), not opened yet. Close the context afterwards."""
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    page = context.new_page()
+    page.set_default_timeout(60_000)
+    return context, LabNotebook(page, server.url, server.token, path)
 
 
 def describe(cell: dict) -> str:

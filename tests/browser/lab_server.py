@@ -149,3 +149,16 @@ class LabServer:
     def log_tail(self, lines: int = 30) -> str:
         text = self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
         return "\n".join(text.splitlines()[-lines:])
+
+
+class CourseLab(LabServer):
+    """JupyterLab as ``python -m dpcourse.open`` starts it on the folder ``root_dir`` (copying the lessons it
+    lacks), plus what a test needs: a port, a token, the app. Started again on the same folder, it is the
+    learner coming back: their copies are kept as they are."""
+
+    def command(self) -> list[str]:
+        return [
+            sys.executable, "-m", "dpcourse.open", f"--folder={self.root_dir}",
+            "--no-browser", f"--port={self.port}", "--ServerApp.port_retries=0",
+            f"--IdentityProvider.token={self.token}", "--LabApp.expose_app_in_browser=True",
+        ]

@@ -4,46 +4,32 @@ and lesson 00 of the student edition opens in Chromium, before anything is run.
 * the saved widgets render as widgets (the copy is trusted), not as their plain-text stand-ins;
 * no news pop-up covers the notebook (dpcourse.open disables it; these tests' usual settings would hide it);
 * the tab is not marked modified once the kernel has connected (the copy holds the metadata JupyterLab writes);
-* each saved quiz and explorer says that its cell must run before its buttons and sliders do anything.
+* each saved quiz and explorer says that its cell must run before its buttons and sliders do anything;
+* none of them shows ipywidgets' red broken-link icons (a view without a kernel), and a click on a control
+  before the cell has run lights that sentence up: it is never silent.
 """
 
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from browser_setup import ARTIFACTS, TIMINGS
-from lab_notebook import PANEL, LabNotebook, stored_widget_views
-from lab_server import SETTINGS, LabServer
+from lab_notebook import KERNEL_METADATA_APPLIED, PANEL, in_a_new_context, stored_widget_views
+from lab_server import SETTINGS, CourseLab
 
 pytestmark = pytest.mark.browser
 
 LESSON = "00_start_here.ipynb"
 NOTIFICATION = "@jupyterlab/apputils-extension/notification"
 NEWS = "official Jupyter news"
-# Resolves once the kernel's info and spec have arrived, and JupyterLab has written them into the notebook.
-KERNEL_METADATA_APPLIED = PANEL + """
-return panel.sessionContext.ready.then(async () => {
-  const kernel = panel.sessionContext.session.kernel;
-  await kernel.info;
-  await kernel.spec;
-  await new Promise(resolve => setTimeout(resolve, 1000));
-  const model = panel.context.model;
-  const metadata = name => model.getMetadata(name);
-  return {dirty: model.dirty, kernelspec: metadata('kernelspec'), language_info: metadata('language_info')};
-});
+# ipywidgets draws its broken-link icon as the ::before of each view that has no kernel behind it.
+BROKEN_LINK_ICONS = PANEL + """
+return Array.from(panel.content.node.querySelectorAll('.jupyter-widgets-disconnected')).filter(view => {
+  const icon = getComputedStyle(view, '::before');
+  return icon.content !== 'none' && icon.display !== 'none' && view.getBoundingClientRect().height > 0;
+}).length;
 """
-
-
-class CourseLab(LabServer):
-    """JupyterLab as ``python -m dpcourse.open`` starts it, plus what a test needs: a port, a token, the app."""
-
-    def command(self) -> list[str]:
-        return [
-            sys.executable, "-m", "dpcourse.open", f"--folder={self.root_dir}",
-            "--no-browser", f"--port={self.port}", "--ServerApp.port_retries=0",
-            f"--IdentityProvider.token={self.token}", "--LabApp.expose_app_in_browser=True",
-        ]
+BACKGROUND = "element => getComputedStyle(element).backgroundColor"
 
 
 @pytest.fixture(scope="module")
@@ -63,16 +49,9 @@ def test_the_learners_folder_holds_the_lessons_only(course_lab: CourseLab) -> No
     assert sorted(item["name"] for item in listed) == lessons
 
 
-def _lesson_in_a_new_page(course_lab: CourseLab, browser, path: str) -> tuple:
-    """A browser context, its page and the lesson at ``path`` in it (not opened yet); close the context after."""
-    context = browser.new_context(viewport={"width": 1280, "height": 900})
-    page = context.new_page()
-    page.set_default_timeout(60_000)
-    return context, page, LabNotebook(page, course_lab.url, course_lab.token, path)
-
-
 def test_lesson_00_opens_trusted_unmodified_and_without_news(course_lab: CourseLab, browser) -> None:
-    context, page, lesson = _lesson_in_a_new_page(course_lab, browser, LESSON)
+    context, lesson = in_a_new_context(browser, course_lab, LESSON)
+    page = lesson.page
     try:
         lesson.open()
         state = lesson.evaluate(KERNEL_METADATA_APPLIED)
@@ -84,6 +63,14 @@ def test_lesson_00_opens_trusted_unmodified_and_without_news(course_lab: CourseL
         assert not state["dirty"], f"{LESSON} opened modified; JupyterLab wrote {state}"
         assert page.locator(".lm-TabBar-tab.jp-mod-dirty").count() == 0
         assert NEWS not in text and page.locator(".jp-Notification-Toast").count() == 0
+        icons = lesson.evaluate(BROKEN_LINK_ICONS)
+        assert icons == 0, f"{LESSON}: {icons} red broken-link icons on the saved widgets; the sentence says it instead"
+        quiz = page.locator(".jp-OutputArea-child", has=page.get_by_role("button", name="Check my answer")).first
+        check = quiz.get_by_role("button", name="Check my answer")
+        sentence = quiz.locator("p", has_text="Run this cell").first
+        before = sentence.evaluate(BACKGROUND)
+        check.click()
+        assert sentence.evaluate(BACKGROUND) != before, "a click before the cell has run must light up its sentence"
     finally:
         lesson.screenshot(ARTIFACTS / "first_open.png")
         course_lab.shutdown_kernels(LESSON)

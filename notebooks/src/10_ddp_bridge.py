@@ -3,7 +3,7 @@
 #
 # **After this lesson you will be able to explain**
 # - why DistributedDataParallel (DDP) runs one process per device, and what that removes from every step;
-# - how DDP combines the ranks' gradients, compared with DataParallel, and whether the result is always the
+# - how DDP combines the [ranks](00_start_here.ipynb#Glossary)' gradients, compared with DataParallel, and whether the result is always the
 #   full-batch gradient;
 # - what DDP copies once (the parameters, when you wrap the model) and what it sends every step (gradients,
 #   and rank 0's buffers);
@@ -11,7 +11,7 @@
 # - which terms of a step's cost make DataParallel stop paying off, and how to launch DDP on one or
 #   several machines.
 #
-# Everything below runs for real: DDP from `torch`, in **2 processes** talking through a process group
+# Everything below runs for real: DDP from `torch`, in **2 processes** talking through a [process group](00_start_here.ipynb#Glossary)
 # backend, started from this notebook by `dpcourse.ddp` (`dpcourse/ddp/`):
 # [NCCL](00_start_here.ipynb#Glossary) on the GPUs when the machine has a GPU for each rank, else gloo on
 # the CPU (`ddp.launcher.backend_for`). The first launch starts a helper process that imports torch once;
@@ -108,8 +108,9 @@ quiz.ask("10-ddp-averages")
 # gradient of the last layer's bias:
 
 # %% tags=["reveals-answer"]
-grads = ddp.gradients(world_size=2, batch=8)
-print(grads)
+with quiz.reveal("10-ddp-averages"):
+    grads = ddp.gradients(world_size=2, batch=8)
+    print(grads)
 
 # %% [markdown]
 # DDP's gradient is the **mean** of the two ranks' gradients, and it equals the single-device gradient of
@@ -130,8 +131,9 @@ print(grads)
 quiz.ask("10-unequal-shards")
 
 # %% tags=["reveals-answer"]
-unequal = ddp.gradients(world_size=2, batch=8, sizes=[5, 3])
-print(unequal)
+with quiz.reveal("10-unequal-shards"):
+    unequal = ddp.gradients(world_size=2, batch=8, sizes=[5, 3])
+    print(unequal)
 
 # %% [markdown]
 # With 5 and 3 samples, DDP still takes the plain mean, and that is no longer the full-batch gradient:
@@ -405,7 +407,7 @@ widgets.CostModelCalculator()
 # ## Going further: several machines
 # DataParallel cannot span machines at all: it is one process, and its devices are the GPUs that process
 # sees (`torch/nn/parallel/data_parallel.py`). So on several machines the device 0 bottleneck does not go
-# away; DataParallel just cannot run there. Multi-machine data parallelism means DDP (or FSDP).
+# away; DataParallel just cannot run there. Multi-machine data parallelism means DDP (or [FSDP](00_start_here.ipynb#Glossary)).
 #
 # The same training as a script, `dpcourse/ddp_train.py`. On one machine, `torchrun` starts one process
 # per GPU (or per CPU rank):

@@ -45,28 +45,29 @@ quiz.ask("10-ddp-averages")
 # One training step of the running example on 4 devices, step by step, next to the one-device oracle:
 
 # %% tags=["reveals-answer"]
-devices = dpcourse.devices(4)
-model = examples.make_model().to(devices[0])
-oracle = examples.twin(model)
-x, y = examples.make_batch(10, device=devices[0])
-dp = dpcourse.DataParallel(model, devices=devices)
-with dpcourse.trace() as t:
-    output = dp(x)
-    examples.loss_fn(output, y).backward()
-examples.loss_fn(oracle(x), y).backward()
-forwards = sorted(t.steps("forward"), key=lambda s: s.replica)
-print("scatter:        chunks of", [s.shapes[0][0] for s in forwards], "rows")
-print("replicate:     ", len(forwards), "replicas,", t.steps("replicate")[0].bytes_copied, "bytes copied for replicas 1-3")
-print("parallel_apply: threads", [s.thread for s in forwards])
-print("gather:         output", list(output.shape), "on", output.device)
-print("backward:       .grad equals the oracle's:", examples.max_grad_difference(model, oracle) < 1e-6)
+with quiz.reveal("11-review-five-rows-output"):
+    devices = dpcourse.devices(4)
+    model = examples.make_model().to(devices[0])
+    oracle = examples.twin(model)
+    x, y = examples.make_batch(10, device=devices[0])
+    dp = dpcourse.DataParallel(model, devices=devices)
+    with dpcourse.trace() as t:
+        output = dp(x)
+        examples.loss_fn(output, y).backward()
+    examples.loss_fn(oracle(x), y).backward()
+    forwards = sorted(t.steps("forward"), key=lambda s: s.replica)
+    print("scatter:        chunks of", [s.shapes[0][0] for s in forwards], "rows")
+    print("replicate:     ", len(forwards), "replicas,", t.steps("replicate")[0].bytes_copied, "bytes copied for replicas 1-3")
+    print("parallel_apply: threads", [s.thread for s in forwards])
+    print("gather:         output", list(output.shape), "on", output.device)
+    print("backward:       .grad equals the oracle's:", examples.max_grad_difference(model, oracle) < 1e-6)
 
 # %% [markdown]
 # | step | forward | backward | classic pitfall | fix | lesson |
 # |---|---|---|---|---|---|
 # | **scatter** | `torch.chunk` along `dim`: chunks of ceil(B/n) rows, maybe fewer chunks than devices; containers walked into, other objects shared | the chunks' gradients concatenated on the input's device | arguments with different batch sizes: the last replicas are called without some of them ("missing argument") | give every scattered argument the same batch size | 02 |
 # | **replicate** | a shallow copy of the model per used device, parameters copied by `Broadcast`, replica 0 on the originals, every forward | `ReduceAdd`: the copies' gradients **summed** into `.grad` on `devices[0]` | `self.counter += 1` in `forward` is lost; `next(self.parameters())` raises `StopIteration`; BatchNorm keeps chunk 0's statistics | in-place buffer updates; take devices from tensors; SyncBatchNorm with DDP | 03, 06 |
-# | **parallel_apply** | replica i on chunk i in its own thread (inline for one replica), grad mode and autocast's on/off flag passed on, not its dtype (`parallel_apply.py:77-80, 109`; lesson 16) | each replica's backward, through autograd | errors arrive as "Caught X in replica i on device d"; the [GIL](00_start_here.ipynb#Glossary) limits the speed-up | read the replica number against the chunk sizes; DDP for speed | 04, 09 |
+# | **parallel_apply** | replica i on chunk i in its own thread (inline for one replica), grad mode and [autocast](00_start_here.ipynb#Glossary)'s on/off flag passed on, not its dtype (`parallel_apply.py:77-80, 109`; lesson 16) | each replica's backward, through autograd | errors arrive as "Caught X in replica i on device d"; the [GIL](00_start_here.ipynb#Glossary) limits the speed-up | read the replica number against the chunk sizes; DDP for speed | 04, 09 |
 # | **gather** | outputs concatenated on `output_device` (default `devices[0]`); a 0-d output per replica becomes a vector | the output's gradient split back with the same chunk sizes | `.mean()` of per-replica mean losses is not the batch mean when chunks are uneven; device 0 fills up | compute the loss on the gathered output (or return per-sample losses) | 05, 06 |
 #
 # The source behind every row: `torch/nn/parallel/scatter_gather.py`, `replicate.py`, `parallel_apply.py` and

@@ -2,9 +2,11 @@
 2, 3 and 4 real ranks against one-device Adam, the quiz's experiments in planted worlds, the exercises' planted
 mistakes, and the shard figure's layout."""
 
+import ast
 import linecache
 import math
 import re
+import runpy
 from pathlib import Path
 
 import jupytext
@@ -23,7 +25,9 @@ from tests.test_figure_layout import problems
 pytestmark = pytest.mark.lesson18
 
 QUESTIONS = {question.id: question for question in load_lesson("18_zero1")}
-SOURCE = Path(__file__).resolve().parent.parent / "notebooks" / "src" / "18_zero1.py"
+NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
+SOURCES = NOTEBOOKS / "src"
+without_solutions = runpy.run_path(str(NOTEBOOKS / "build.py"))["without_solutions"]
 EXPECTED = ranks.one_device()
 
 
@@ -158,15 +162,17 @@ def test_an_optimizer_whose_step_follows_the_gradients_size_would_be_measured_as
 
 # The exercises: the lesson's solutions pass; planted mistakes fail, each with a message that says why.
 
-def _lesson_solutions() -> dict:
-    """The lesson's solution functions, run with its imports, kept where inspect.getsource finds them (a rank
-    gets zero1_training as its source)."""
-    cells = [cell.source for cell in jupytext.read(SOURCE).cells if cell.cell_type == "code"]
-    imports, solutions = cells[0].split("\nprint(")[0], {}
-    for source in cells:
-        if "### BEGIN SOLUTION" in source:
-            name = re.search(r"^def (\w+)\(", source, re.M).group(1)
-            code, filename = imports + "\n" + source, f"<18_zero1: {name}>"
+def _solutions(source: Path, student: bool = False) -> dict:
+    """The solution functions of a lesson source, run with the lesson's imports and kept where inspect.getsource
+    finds them (a rank gets a training program as its source); with ``student``, the student edition's stubs."""
+    cells = [cell.source for cell in jupytext.read(source).cells if cell.cell_type == "code"]
+    imports = "\n".join(ast.unparse(node) for cell in cells for node in ast.parse(cell).body
+                        if isinstance(node, ast.Import | ast.ImportFrom))
+    solutions = {}
+    for cell in cells:
+        if "### BEGIN SOLUTION" in cell and (function := re.search(r"^def (\w+)\(", cell, re.M)):
+            name = function.group(1)
+            code, filename = imports + "\n" + (without_solutions(cell) if student else cell), f"<{source.stem}: {name}>"
             linecache.cache[filename] = (len(code), None, code.splitlines(True), filename)
             namespace: dict = {}
             exec(compile(code, filename, "exec"), namespace)
@@ -225,7 +231,7 @@ MISTAKES = {
 
 @pytest.mark.parametrize("name", MISTAKES)
 def test_the_lessons_solution_passes(name):
-    report = exercises.check(name, _lesson_solutions()[name])
+    report = exercises.check(name, _solutions(SOURCES / "18_zero1.py")[name])
     assert report.status == PASSED, repr(report)
 
 
@@ -236,6 +242,23 @@ def test_a_planted_mistake_fails_with_a_message_that_says_why(name, mistake):
     assert report.status == FAILED, f"{mistake} passed:\n{report!r}"
     failed = [outcome.detail for outcome in report.outcomes if outcome.verdict == FAILED]
     assert any(says in detail for detail in failed), failed
+
+
+# The capstone's Part III: ZeRO-1 from nothing, on a model lesson 18 did not use.
+
+def test_the_capstones_zero1_solution_passes_and_its_stub_is_not_attempted_yet():
+    report = exercises.check("capstone_zero1", _solutions(SOURCES / "12_capstone.py")["zero1"])
+    assert report.status == PASSED, repr(report)
+    stub = _solutions(SOURCES / "12_capstone.py", student=True)["zero1"]
+    assert exercises.check("capstone_zero1", stub).status == "not attempted yet"
+
+
+@pytest.mark.parametrize("mistake", [m for m in MISTAKES["zero1_training"] if "gather" in m or "DDP" in m])
+def test_the_capstones_zero1_rejects_the_lessons_planted_mistakes(mistake):
+    function, says = MISTAKES["zero1_training"][mistake]
+    report = exercises.check("capstone_zero1", function)
+    failed = [outcome.detail for outcome in report.outcomes if outcome.verdict == FAILED]
+    assert report.status == FAILED and any(says in detail for detail in failed), repr(report)
 
 
 # The figure.

@@ -284,3 +284,29 @@ register(Exercise(
     _data_parallel_cases,
     _judge_data_parallel,
 ))
+
+
+# Part III: ZeRO-1 from nothing. The learner's training program runs on 2, 3 and 4 real ranks and is judged as
+# lesson 18's zero1_training is, on a model the lesson did not use (8 -> 13 -> 4: 173 parameters, uneven shards
+# on 2, 3 and 4 ranks), with other steps, learning rates and seeds.
+from .lesson18 import SLOW, same_weights_and_sharded_state, train_each_case  # noqa: E402 (this part came later)
+
+
+def _zero1_cases() -> list[Case]:
+    settings = [(2, 4, 5e-3, 1, "flatten, all-reduce and average the gradients, as DDP would"),
+                (3, 3, 2e-2, 2, "173 numbers on 3 ranks: shards of 58, 58 and 57; pad the last for the all-gather"),
+                (4, 5, 1e-2, 3, "each rank's Adam is built once, over its own shard, and steps it every step")]
+    return [Case(f"{n} ranks, {steps} steps, lr {lr:g}, seed {seed}", (n,), hint,
+                 {"training": {"steps": steps, "lr": lr, "seed": seed, "widths": (8, 13, 4)}})
+            for n, steps, lr, seed, hint in settings]
+
+
+register(Exercise(
+    "capstone_zero1",
+    "Write zero1(model, batches, lr), run on every rank: ZeRO-1 training with torch.optim.Adam and F.mse_loss, "
+    "each rank's Adam over its own shard of the flat parameters; return the final full parameters.",
+    _zero1_cases,
+    same_weights_and_sharded_state,
+    train_each_case,
+    slow=SLOW,
+))

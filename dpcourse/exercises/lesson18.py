@@ -92,11 +92,13 @@ register(Exercise(
 ))
 
 
-def _train(function, case: Case) -> list[dict]:
+def train_each_case(function, case: Case) -> list[dict]:
+    """Run the learner's training program on ``case.args[0]`` ranks, with the case's ``training`` settings."""
     return ranks.train_on_ranks(function, case.args[0], **case.context["training"])
 
 
-def _judge_zero1_training(case: Case, answer: list[dict]) -> str | None:
+def same_weights_and_sharded_state(case: Case, answer: list[dict]) -> str | None:
+    """One-device Adam's weights on every rank, and no rank's optimizers holding more than a shard's state."""
     training = case.context["training"]
     widths = training.get("widths", ranks.WIDTHS)
     difference = ranks.first_difference(answer, ranks.one_device(**training), widths)
@@ -129,7 +131,7 @@ register(Exercise(
          "Each step: backward on the rank's (x, y), all-reduce the flat gradient and average it, Adam on this "
          "rank's shard only, then all-gather the updated shards. Return the final full parameters.",
     cases=zero1_cases,
-    judge=_judge_zero1_training,
-    call=_train,
+    judge=same_weights_and_sharded_state,
+    call=train_each_case,
     slow=SLOW,
 ))

@@ -173,3 +173,61 @@ exercises.check("capstone_data_parallel", data_parallel)
 # carried into the threads, not its dtype (`torch/nn/parallel/parallel_apply.py:77-80, 109`; lessons 04 and
 # 16), errors re-raised with the replica's number, kwargs and nested inputs (lesson 02), nested outputs
 # (lesson 05), and the shortcut for a single device.
+
+# %% [markdown]
+# ## Part III: ZeRO-1 from nothing
+# This part is for after lesson 18, where you wrote each piece of ZeRO-1 with the lesson's help: come back to
+# it once you have done that lesson. Now write the whole of it again, from nothing, in one function.
+#
+# `zero1(model, batches, lr)` runs on every rank, with the rank's copy of the model (the same seeded weights
+# on every rank) and its `batches`, a list of `(x, y)`, one per step: this rank's share of each step's batch.
+# Train with `torch.optim.Adam(..., lr=lr)` and the loss `F.mse_loss(model(x), y)` and return the final full
+# parameters, in `model.parameters()` order. Each rank's Adam must step only this rank's shard of the flat
+# parameter vector; the ranks average their gradients, as DDP does, and share the updated shards with an
+# all-gather, padded where a shard is short.
+#
+# The check starts 2, 3 and 4 ranks (lesson 18's `dpcourse.sharded.ranks.train_on_ranks`) on a model lesson 18
+# did not use, whose parameters never split evenly, and compares every rank's weights with Adam's on one device
+# training on each whole batch. It also measures each rank's optimizer state: a whole copy of Adam's state on
+# every rank is DDP, not ZeRO-1. Your function travels to the ranks as its source: what it uses from outside must
+# be a module, a plain value or a function of yours.
+
+# %%
+import math
+
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch.nn.utils import parameters_to_vector, vector_to_parameters
+
+
+# %% tags=["solution"]
+def zero1(model, batches, lr):
+    """ZeRO-1 training on this rank: Adam's state for this rank's shard only; the final full parameters."""
+    ### BEGIN SOLUTION
+    rank, n = dist.get_rank(), dist.get_world_size()
+    parameters = list(model.parameters())
+    flat = parameters_to_vector(parameters).detach()
+    numel = flat.numel()
+    size = math.ceil(numel / n)
+    start, stop = min(rank * size, numel), min((rank + 1) * size, numel)
+    shard = flat[start:stop].clone().requires_grad_()
+    optimizer = torch.optim.Adam([shard], lr=lr)
+    for x, y in batches:
+        model.zero_grad()
+        F.mse_loss(model(x), y).backward()
+        gradient = parameters_to_vector(p.grad for p in parameters)
+        dist.all_reduce(gradient)
+        shard.grad = gradient[start:stop] / n
+        optimizer.step()
+        padded = torch.zeros_like(flat[:size])
+        padded[: stop - start] = shard.detach()
+        pieces = [torch.empty_like(padded) for _ in range(n)]
+        dist.all_gather(pieces, padded)
+        with torch.no_grad():
+            vector_to_parameters(torch.cat(pieces)[:numel], parameters)
+    return parameters
+    ### END SOLUTION
+
+
+# %%
+exercises.check("capstone_zero1", zero1)

@@ -15,6 +15,7 @@ from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
 
+import pytest
 import torch
 
 from dpcourse.quiz import Outcome, Question, load_lesson, run_experiment
@@ -35,13 +36,14 @@ PLANTED: dict[str, set[str]] = defaultdict(set)
 
 
 def planted(question_id: str) -> Callable[[Callable], Callable]:
-    """Register the decorated test as one that plants a world where a distractor of ``question_id`` is true."""
+    """Register the decorated test as one that plants a world where a distractor of ``question_id`` is true,
+    and mark it as its lesson's (``lessonNN``), so that ``notebooks/build.py --check NN`` runs it."""
     if question_id not in QUESTIONS:
         raise KeyError(f"No question {question_id!r} in lessons 00-{LAST_LESSON}.")
 
     def register(test: Callable) -> Callable:
         PLANTED[question_id].add(f"{test.__module__.rpartition('.')[2]}.{test.__name__}")
-        return test
+        return getattr(pytest.mark, f"lesson{question_id[:2]}")(test)  # pytest -m lesson05: its lesson owns it
 
     return register
 

@@ -23,6 +23,7 @@ from . import examples
 from ._functions import SCALAR_GATHER_WARNING
 from .data_parallel import DataParallel
 from .devices import devices
+from .examples import ChunkMean
 
 # How each micro-batch's loss is weighted before its backward.
 RULES = {
@@ -69,21 +70,6 @@ def accumulate(
     return sizes
 
 
-class _Losses(nn.Module):
-    """Stands in for a model whose outputs are already one loss per sample.
-
-    With ``per_replica_mean`` each replica returns the mean of its chunk, the "loss inside forward" pattern
-    of lesson 06; otherwise the per-sample losses are gathered and the mean is taken on ``devices[0]``.
-    """
-
-    def __init__(self, per_replica_mean: bool) -> None:
-        super().__init__()
-        self.per_replica_mean = per_replica_mean
-
-    def forward(self, losses: torch.Tensor) -> torch.Tensor:
-        return losses.mean() if self.per_replica_mean else losses
-
-
 @dataclasses.dataclass
 class SampleWeights:
     """How much each sample's loss counts in an accumulated gradient; one device gives each ``1/batch``."""
@@ -114,7 +100,7 @@ def sample_weights(
     weighs ``weight(rule) / (n_k * c_kj)`` (n_k chunks, c_kj rows in its chunk).
     """
     losses = torch.ones(batch, device=devices(1)[0], requires_grad=True)
-    model = DataParallel(_Losses(per_replica_mean), devices=devices(n_devices))
+    model = DataParallel(ChunkMean() if per_replica_mean else nn.Identity(), devices=devices(n_devices))
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=re.escape(SCALAR_GATHER_WARNING))  # n scalars become a vector
         sizes = accumulate(model, losses, losses, micro_batch, rule, loss_of=lambda m, x, _: m(x).mean())

@@ -142,6 +142,18 @@ class CountingNet(nn.Module):
         return self.bn(self.fc(x))
 
 
+class ChunkMean(nn.Module):
+    """Forward returns the mean of what it is given: under DataParallel, each replica's chunk becomes one number.
+
+    Given one loss per sample, it is the "loss inside forward" pattern reduced to its core: gather then makes
+    a vector of the chunks' means, whose ``.mean()`` weighs a sample of a short chunk more (lesson 06), and a 0-d
+    output per replica becomes one element per replica (lesson 05).
+    """
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.mean()
+
+
 class LossInside(nn.Module):
     """Wraps ``model`` so that forward returns the mean loss (``loss_fn``) of the rows it was given.
 

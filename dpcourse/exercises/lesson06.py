@@ -4,10 +4,10 @@ gradient, and the weights a mean of chunk means gives each sample."""
 import warnings
 
 import torch
-from torch import nn
 
 from ..data_parallel import DataParallel
 from ..devices import devices
+from ..examples import ChunkMean
 from .check import Case, Exercise, equals
 
 
@@ -78,17 +78,12 @@ SPLIT_GRADIENT = Exercise(
 )
 
 
-class _ChunkMean(nn.Module):
-    def forward(self, per_sample_losses: torch.Tensor) -> torch.Tensor:
-        return per_sample_losses.mean()
-
-
 def _sample_weights(batch: int, n: int) -> torch.Tensor:
     """What dpcourse's DataParallel gives: each sample's weight when the replicas' chunk means are averaged."""
     per_sample = torch.ones(batch, requires_grad=True)
     with warnings.catch_warnings():  # gathering 0-d means warns; expected here
         warnings.simplefilter("ignore")
-        DataParallel(_ChunkMean(), devices=devices(n))(per_sample).mean().backward()
+        DataParallel(ChunkMean(), devices=devices(n))(per_sample).mean().backward()
     return per_sample.grad
 
 

@@ -113,21 +113,6 @@ def gradient_sum(
     return fig
 
 
-class _ChunkMean(nn.Module):
-    """Forward returns the mean loss over its own chunk, as many training scripts' replicas do.
-
-    With a ``model``, the chunk is ``(x, y)`` and the loss is cross-entropy; without one, the chunk already holds
-    one loss per sample (how the per-sample weights are measured).
-    """
-
-    def __init__(self, model: nn.Module | None = None) -> None:
-        super().__init__()
-        self.model = model
-
-    def forward(self, x: torch.Tensor, y: torch.Tensor | None = None) -> torch.Tensor:
-        return x.mean() if self.model is None else F.cross_entropy(self.model(x), y)
-
-
 def per_replica_mean_bias(batch: int = 7, n_devices: int = 2) -> Figure:
     """Draw why averaging the replicas' *mean* losses is not the batch mean when chunks are uneven.
 
@@ -143,12 +128,12 @@ def per_replica_mean_bias(batch: int = 7, n_devices: int = 2) -> Figure:
     model = examples.make_model().to(device)
     x, y = examples.make_batch(batch, device=device)
     per_sample = torch.ones(batch, device=x.device, requires_grad=True)
-    weighing = _forward(_ChunkMean(), (per_sample,), n_devices)
+    weighing = _forward(examples.ChunkMean(), (per_sample,), n_devices)
     chunks = weighing.rows
     (weights,) = torch.autograd.grad(weighing.gathered.mean(), [per_sample])
     name = _first_weight(model)
     original = tensor_at(model, name)
-    losses = _forward(_ChunkMean(model), (x, y), n_devices).gathered
+    losses = _forward(examples.LossInside(model), (x, y), n_devices).gathered
     (data_parallel,) = torch.autograd.grad(losses.mean(), [original])
     (single,) = torch.autograd.grad(F.cross_entropy(model(x), y), [original])
     diff = (data_parallel - single).abs().max().item()

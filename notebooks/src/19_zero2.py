@@ -130,13 +130,14 @@ with quiz.reveal("19-reduce-scatter-when"):
 # there. Your `reduce_scatter_schedule` predicts the counts from one assumption, that backward produces the
 # gradients in reverse parameter order; next to what was measured (once you have written it):
 
-# %%
-try:
-    predicted = [still for _, still in reduce_scatter_schedule(numels, zero2.BUCKET_BYTES // 4)]
-    print("predicted:", predicted, "| measured the same on every rank:",
-          all(still == predicted for still in compared.ranks_of("ZeRO-2", "still_to_come")))
-except NotImplementedError:
-    print("write reduce_scatter_schedule above, then run this cell again")
+# %% tags=["reveals-answer"]
+with quiz.reveal("19-reduce-scatter-when"):
+    try:
+        predicted = [still for _, still in reduce_scatter_schedule(numels, zero2.BUCKET_BYTES // 4)]
+        print("predicted:", predicted, "| measured the same on every rank:",
+              all(still == predicted for still in compared.ranks_of("ZeRO-2", "still_to_come")))
+    except NotImplementedError:
+        print("write reduce_scatter_schedule above, then run this cell again")
 
 # %% [markdown]
 # (`compared.differences` also lists a deeper model, `zero2_measure.DEEP`, used below.) DDP's all-reduce hook
@@ -160,22 +161,18 @@ quiz.ask("19-gradient-bytes")
 # %% tags=["reveals-answer"]
 with quiz.reveal("19-gradient-bytes"):
     print(compared.memory_table())
-
-# %% [markdown]
-# What the numbers say, computed from them:
-
-# %%
-surplus = {}
-for deep, label in ((False, "the course model"), (True, "the deeper model")):
-    ddp_end, zero2_end, zero2_most, ddp_most = (max(compared.ranks_of(program, key, deep)) for program, key in (
-        ("DDP", "after_backward"), ("ZeRO-2", "after_backward"), ("ZeRO-2", "gradient_bytes"),
-        ("DDP", "gradient_bytes")))
-    surplus[label] = zero2_most - zero2_end
-    state = max(compared.ranks_of("ZeRO-2", "state_bytes", deep)) / max(compared.ranks_of("DDP", "state_bytes", deep))
-    print(f"{label}: at the end of backward ZeRO-2 holds {zero2_end / ddp_end:.3f} of DDP's gradient bytes "
-          f"(1/4 = 0.25); at most {zero2_most:,} bytes at once, {surplus[label]:,} more than at the end, "
-          f"{zero2_most / ddp_most:.2f} of DDP's most. Adam's state: {state:.3f} of DDP's")
-print("the same surplus on both models:", len(set(surplus.values())) == 1)
+    surplus = {}
+    for deep, label in ((False, "the course model"), (True, "the deeper model")):
+        ddp_end, zero2_end, zero2_most, ddp_most = (max(compared.ranks_of(program, key, deep)) for program, key in (
+            ("DDP", "after_backward"), ("ZeRO-2", "after_backward"), ("ZeRO-2", "gradient_bytes"),
+            ("DDP", "gradient_bytes")))
+        surplus[label] = zero2_most - zero2_end
+        state = max(compared.ranks_of("ZeRO-2", "state_bytes", deep)) / max(
+            compared.ranks_of("DDP", "state_bytes", deep))
+        print(f"{label}: at the end of backward ZeRO-2 holds {zero2_end / ddp_end:.3f} of DDP's gradient bytes "
+              f"(1/4 = 0.25); at most {zero2_most:,} bytes at once, {surplus[label]:,} more than at the end, "
+              f"{zero2_most / ddp_most:.2f} of DDP's most. Adam's state: {state:.3f} of DDP's")
+    print("the same surplus on both models:", len(set(surplus.values())) == 1)
 
 # %% [markdown]
 # When backward ends, a ZeRO-2 rank holds its shard of each bucket, 1/n of the gradient and a few bytes of
@@ -233,13 +230,14 @@ def zero2_bytes_per_step(bucket_numels, world_size):
 # %%
 exercises.check("zero2_bytes_per_step", zero2_bytes_per_step)
 
-# %%
-counted = [int(b) for b in compared.ranks_of("ZeRO-2", "wire")]
-try:
-    print(f"your formula for the course model's buckets {bucket_numels} on 4 ranks: "
-          f"{zero2_bytes_per_step(bucket_numels, 4):,} bytes; counted on each rank: {counted}")
-except NotImplementedError:
-    print(f"counted on each rank: {counted}; write zero2_bytes_per_step above to compare")
+# %% tags=["reveals-answer"]
+with quiz.reveal("19-wire-bytes"):
+    counted = [int(b) for b in compared.ranks_of("ZeRO-2", "wire")]
+    try:
+        print(f"your formula for the course model's buckets {bucket_numels} on 4 ranks: "
+              f"{zero2_bytes_per_step(bucket_numels, 4):,} bytes; counted on each rank: {counted}")
+    except NotImplementedError:
+        print(f"counted on each rank: {counted}; write zero2_bytes_per_step above to compare")
 
 # %% [markdown]
 # ## Exercise: ZeRO-2, written by you

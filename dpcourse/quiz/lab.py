@@ -16,6 +16,7 @@ from torch import nn
 from dpcourse import by_hand
 from dpcourse.data_parallel import DataParallel
 from dpcourse.devices import devices as choose_devices
+from dpcourse.examples import ChunkMean
 
 
 def first_device() -> torch.device:
@@ -105,15 +106,8 @@ class Counter(nn.Module):
         return self.linear(x)
 
 
-class Mean(nn.Module):
-    """Returns ``x.mean()``, a 0-d tensor: what a module that computes its own loss returns."""
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x.mean()
-
-
 def gathered_means(rows: int, n_devices: int) -> tuple[torch.Tensor, list[str]]:
-    """``dp(x)`` for ``Mean`` on ``rows`` rows: the gathered output and the warnings it raised."""
+    """``dp(x)`` for ``examples.ChunkMean`` on ``rows`` rows: the gathered output and the warnings it raised."""
     with caught_warnings() as warned:
-        out = data_parallel_over(Mean(), n_devices)(seeded_randn(rows, 3))
+        out = data_parallel_over(ChunkMean(), n_devices)(seeded_randn(rows, 3))
     return out, [str(w.message) for w in warned]

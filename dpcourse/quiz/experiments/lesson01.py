@@ -4,7 +4,8 @@ itself.
 
 from dpcourse.trace import trace
 
-from ..lab import Counter, Mean, caught_warnings, data_parallel_over, seeded_randn
+from ...examples import ChunkMean
+from ..lab import Counter, caught_warnings, data_parallel_over, seeded_randn
 from ..outcome import Outcome
 
 
@@ -27,7 +28,7 @@ def scalar_on_one_device() -> Outcome:
     """A 0-d output stays 0-d with one device (nothing is gathered); with two it becomes a vector."""
     x = seeded_randn(8, 3)
     with caught_warnings():
-        one, two = data_parallel_over(Mean(), 1)(x), data_parallel_over(Mean(), 2)(x)
+        one, two = data_parallel_over(ChunkMean(), 1)(x), data_parallel_over(ChunkMean(), 2)(x)
     text = (
         f"Module returns x.mean(), a 0-d tensor; x has 8 rows.\n"
         f"  1 device : dp(x).shape = {one.shape}  (the module's own output: no gather)\n"

@@ -8,9 +8,9 @@ from torch import nn
 from dpcourse import viz
 from dpcourse.data_parallel import DataParallel
 from dpcourse.devices import devices as choose_devices
+from dpcourse.examples import ChunkMean
 
 from ..lab import (
-    Mean,
     caught_warnings,
     data_parallel_over,
     error_summary,
@@ -60,7 +60,7 @@ def lone_sample_weight() -> Outcome:
     """Each replica returns its chunk's mean loss; ``.mean()`` of those weighs the lone 10th sample 1/4, not 1/10."""
     losses = torch.ones(10, device=first_device(), requires_grad=True)  # stand-ins for 10 per-sample losses
     with caught_warnings():
-        data_parallel_over(Mean(), 4)(losses).mean().backward()
+        data_parallel_over(ChunkMean(), 4)(losses).mean().backward()
     text = (
         "d loss / d (sample i's loss), 10 samples on 4 devices (chunks 3, 3, 3, 1):\n"
         f"  {rounded_values(losses.grad)}\n  with one device every sample weighs 1/10 = 0.1"

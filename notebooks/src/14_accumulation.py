@@ -2,23 +2,25 @@
 # # 14 · Gradient accumulation and no_sync
 #
 # **After this lesson you will be able to explain**
-# - why K backwards into the same `.grad`, each loss divided by K, give the gradient of one K times bigger
-#   batch, and what happens without the division;
+# - what K backwards into the same `.grad` give, with and without each loss divided by K, against one
+#   K times bigger batch;
 # - why the global batch is micro-batch × accumulation steps × replicas, checked against one device under
 #   DataParallel and under DDP;
-# - why DataParallel sums its replicas' gradients at every micro-step, while DDP's `no_sync()` leaves out all
-#   the [all-reduces](00_start_here.ipynb#Glossary) but the last, and why the forward must be inside it;
-# - how a short last micro-batch biases the gradient like lesson 06's mean of means, and which weight fixes it.
+# - what DataParallel and DDP communicate at each micro-step, and what DDP's `no_sync()` changes about its
+#   [all-reduces](00_start_here.ipynb#Glossary), with the forward inside the block or before it;
+# - what a short last micro-batch does to each sample's weight in the gradient, and which weight makes it right.
 #
 # DataParallel runs on `dpcourse.devices(2)`, with the model moved to `devices[0]` before it is wrapped. DDP
 # runs in 2 processes started from this notebook as in lesson 10, on [NCCL](00_start_here.ipynb#Glossary) only
-# when every rank has a GPU of its own: NCCL needs one GPU per rank, so on a machine with one GPU (or none) the
+# when every [rank](00_start_here.ipynb#Glossary) has a GPU of its own: NCCL needs one GPU per rank, so on a machine with one GPU (or none) the
 # ranks use gloo and keep their tensors on the CPU (`backend_for` in `dpcourse/ddp/launcher.py`). Both are
 # printed below.
 
 # %%
 import inspect
 import warnings
+
+from IPython.display import display
 
 import dpcourse
 from dpcourse import accumulation, examples, exercises, quiz, viz
@@ -66,15 +68,16 @@ quiz.ask("14-divide-by-steps")
 # one device:
 
 # %% tags=["reveals-answer"]
-x, y = examples.make_batch(24, device=devices[0])
-for rule in accumulation.RULES:
-    model = examples.make_model().to(devices[0])
-    oracle = examples.twin(model)
-    accumulation.accumulate(model, x, y, micro_batch=8, rule=rule)
-    examples.loss_fn(oracle(x), y).backward()
-    ratio = (model[2].bias.grad @ oracle[2].bias.grad) / (oracle[2].bias.grad @ oracle[2].bias.grad)
-    print(f"loss x {rule:<5}: max |g - g_one_device| {examples.max_grad_difference(model, oracle):.1e}, "
-          f"last bias gradient = {ratio:.4f} x one device's")
+with quiz.reveal("14-divide-by-steps"):
+    x, y = examples.make_batch(24, device=devices[0])
+    for rule in accumulation.RULES:
+        model = examples.make_model().to(devices[0])
+        oracle = examples.twin(model)
+        accumulation.accumulate(model, x, y, micro_batch=8, rule=rule)
+        examples.loss_fn(oracle(x), y).backward()
+        ratio = (model[2].bias.grad @ oracle[2].bias.grad) / (oracle[2].bias.grad @ oracle[2].bias.grad)
+        print(f"loss x {rule:<5}: max |g - g_one_device| {examples.max_grad_difference(model, oracle):.1e}, "
+              f"last bias gradient = {ratio:.4f} x one device's")
 
 # %% [markdown]
 # Unweighted, the three micro-batch gradients add up to 3 times the full-batch gradient: each mean already
@@ -108,14 +111,15 @@ quiz.ask("14-dp-reduce-adds")
 # The same three micro-steps again, one trace each (`dpcourse.trace`, lesson 09):
 
 # %% tags=["reveals-answer"]
-model.zero_grad()
-dp_steps = []
-for x_k, y_k in accumulation.micro_batches(x, y, 8):
-    with dpcourse.trace() as t:
-        (examples.loss_fn(dp(x_k), y_k) / 3).backward()
-    dp_steps.append({step: len(t.steps(step)) for step in ("replicate", "reduce-add")})
-for k, counts in enumerate(dp_steps, start=1):
-    print(f"micro-step {k}: {counts}")
+with quiz.reveal("14-dp-reduce-adds"):
+    model.zero_grad()
+    dp_steps = []
+    for x_k, y_k in accumulation.micro_batches(x, y, 8):
+        with dpcourse.trace() as t:
+            (examples.loss_fn(dp(x_k), y_k) / 3).backward()
+        dp_steps.append({step: len(t.steps(step)) for step in ("replicate", "reduce-add")})
+    for k, counts in enumerate(dp_steps, start=1):
+        print(f"micro-step {k}: {counts}")
 
 # %% [markdown]
 # Every micro-step copies the weights to the replicas and sums the copies' gradients onto device 0. The
@@ -169,10 +173,11 @@ quiz.ask("14-forward-outside")
 # The first three runs, each loss divided by K = 3, against one device with all 24 rows:
 
 # %% tags=["reveals-answer"]
-every, no_sync, forward_outside = schedules.runs[:3]
-for run in (every, no_sync, forward_outside):
-    print(run)
-print(f"max |g_no_sync - g_every_micro_step| {(no_sync.grads[0] - every.grads[0]).abs().max():.1e}")
+with quiz.reveal("14-no-sync-allreduces", "14-forward-outside"):
+    every, no_sync, forward_outside = schedules.runs[:3]
+    for run in (every, no_sync, forward_outside):
+        print(run)
+    print(f"max |g_no_sync - g_every_micro_step| {(no_sync.grads[0] - every.grads[0]).abs().max():.1e}")
 
 # %% [markdown]
 # - **Without `no_sync()`** every micro-step all-reduces: 3 all-reduces for one optimizer step.
@@ -187,20 +192,22 @@ print(f"max |g_no_sync - g_every_micro_step| {(no_sync.grads[0] - every.grads[0]
 # gradient over the 24. The pictures, from the counts measured above (DataParallel's from its traces):
 
 # %% tags=["reveals-answer"]
-viz.accumulation_timeline([
-    ("DataParallel, 2 devices", "reduce-add", {"device 0": [s["reduce-add"] for s in dp_steps]}),
-    ("DDP, 2 ranks", "all-reduce", {f"rank {r}": c for r, c in enumerate(every.allreduces)}),
-    ("DDP, no_sync() around micro-steps 1-2", "all-reduce", {f"rank {r}": c for r, c in enumerate(no_sync.allreduces)}),
-    ("DDP, only the backward inside no_sync()", "all-reduce",
-     {f"rank {r}": c for r, c in enumerate(forward_outside.allreduces)}),
-])
+with quiz.reveal("14-no-sync-allreduces", "14-forward-outside"):
+    display(viz.accumulation_timeline([
+        ("DataParallel, 2 devices", "reduce-add", {"device 0": [s["reduce-add"] for s in dp_steps]}),
+        ("DDP, 2 ranks", "all-reduce", {f"rank {r}": c for r, c in enumerate(every.allreduces)}),
+        ("DDP, no_sync() around micro-steps 1-2", "all-reduce", {f"rank {r}": c for r, c in enumerate(no_sync.allreduces)}),
+        ("DDP, only the backward inside no_sync()", "all-reduce",
+         {f"rank {r}": c for r, c in enumerate(forward_outside.allreduces)}),
+    ]))
 
 # %% [markdown]
 # Under DDP, too, the weight is needed. Without it the gradient is K = 3 times too big, whatever `no_sync()`
 # does:
 
 # %% tags=["reveals-answer"]
-print(schedules.runs[3])
+with quiz.reveal("14-no-sync-allreduces", "14-forward-outside"):
+    print(schedules.runs[3])
 
 # %% [markdown]
 # ## Unequal micro-batches
@@ -215,10 +222,11 @@ quiz.ask("14-last-partial")
 # measured the mean of means this way):
 
 # %% tags=["reveals-answer"]
-by_steps = accumulation.sample_weights(10, micro_batch=4, rule="1/K")
-print(by_steps)
-print(accumulation.sample_weights(10, micro_batch=4, rule="b_k/B"))
-viz.micro_batch_weights(by_steps)
+with quiz.reveal("14-last-partial"):
+    by_steps = accumulation.sample_weights(10, micro_batch=4, rule="1/K")
+    print(by_steps)
+    print(accumulation.sample_weights(10, micro_batch=4, rule="b_k/B"))
+    display(viz.micro_batch_weights(by_steps))
 
 # %% [markdown]
 # Dividing by K gives each *micro-batch* the weight 1/3, shared among its rows: 1/12 for the first 8 rows, 1/6
@@ -268,8 +276,9 @@ viz.micro_batch_weights(mean_of_means)
 # DDP then averages the ranks. With a short last micro-batch on both ranks (4 + 4 + 2 rows each):
 
 # %% tags=["reveals-answer"]
-for run in schedules.runs[4:]:
-    print(run)
+with quiz.reveal("14-last-partial"):
+    for run in schedules.runs[4:]:
+        print(run)
 
 # %% [markdown]
 # With b_k / B the average over ranks is the full-batch gradient here because both ranks have 10 rows in

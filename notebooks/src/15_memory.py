@@ -4,9 +4,8 @@
 # **After this lesson you will be able to explain**
 # - what one training step keeps on a device: parameters, gradients, optimizer state, activations, outputs and
 #   loss, and how large each one is for SGD, SGD with momentum and Adam;
-# - why DataParallel's device 0 holds more than the other devices, and exactly what: the summed gradients, the
-#   optimizer state, the gathered outputs and the loss;
-# - why every DDP rank holds the same, and about as much as DataParallel's device 0 for the model itself;
+# - which of DataParallel's devices holds the most, and exactly what it holds beyond the others;
+# - what each DDP [rank](00_start_here.ipynb#Glossary) holds, compared with DataParallel's devices;
 # - how torch's own accounting measures all this: tensor byte counts, `saved_tensors_hooks`, the profiler's
 #   memory events and, on a GPU, `torch.cuda.max_memory_allocated`;
 # - how to predict a device's bytes before it runs out of memory.
@@ -20,6 +19,7 @@
 import dataclasses
 
 import torch
+from IPython.display import display
 
 from dpcourse import exercises, memory, quiz, viz, widgets
 from dpcourse.ddp import memory as ddp_memory
@@ -92,14 +92,15 @@ quiz.ask("15-adam-state")
 # in which it counts every kind. The three optimizers, on one device:
 
 # %% tags=["reveals-answer"]
-one_device = {name: memory.measure(dataclasses.replace(setup, optimizer=name)) for name in memory.OPTIMIZERS}
-for name, breakdown in one_device.items():
-    state = breakdown.devices[0]["optimizer state"]
-    extra = state - round(state / (model.parameters * 4)) * model.parameters * 4
-    print(f"{name:<18} optimizer state {state / MIB:6.2f} MiB = {state / (model.parameters * 4):.4f} x the parameters"
-          f" + {extra} bytes")
-print()
-print(one_device["Adam"])
+with quiz.reveal("15-adam-state"):
+    one_device = {name: memory.measure(dataclasses.replace(setup, optimizer=name)) for name in memory.OPTIMIZERS}
+    for name, breakdown in one_device.items():
+        state = breakdown.devices[0]["optimizer state"]
+        extra = state - round(state / (model.parameters * 4)) * model.parameters * 4
+        print(f"{name:<18} optimizer state {state / MIB:6.2f} MiB = {state / (model.parameters * 4):.4f} x the parameters"
+              f" + {extra} bytes")
+    print()
+    print(one_device["Adam"])
 
 # %% [markdown]
 # Adam keeps two tensors the size of each parameter, `exp_avg` and `exp_avg_sq`, and a 4-byte `step` per
@@ -136,7 +137,7 @@ viz.memory_timeline(steps, added_up)
 # sum (the last exercise below).
 
 # %% [markdown]
-# ## DataParallel: device 0 holds more
+# ## DataParallel: memory per device
 # DataParallel copies the whole model to every device and splits the batch (lessons 02 and 03). Which device
 # needs the most memory?
 
@@ -150,11 +151,12 @@ quiz.ask("15-dp-most-memory")
 # each replica's gradients when they reach the sum. Four devices, 64 samples each:
 
 # %% tags=["reveals-answer"]
-dp = memory.measure(Setup(kind="DataParallel", devices=4))
-print(dp)
-print("\ndevice 0 holds beyond device 1:",
-      ", ".join(f"{name} {value / MIB:.2f} MiB" for name, value in dp.surplus().items() if value))
-viz.memory_bars([one_device["Adam"], dp])
+with quiz.reveal("15-dp-most-memory"):
+    dp = memory.measure(Setup(kind="DataParallel", devices=4))
+    print(dp)
+    print("\ndevice 0 holds beyond device 1:",
+          ", ".join(f"{name} {value / MIB:.2f} MiB" for name, value in dp.surplus().items() if value))
+    display(viz.memory_bars([one_device["Adam"], dp]))
 
 # %% [markdown]
 # Every device holds a whole replica and the activations of its quarter of the batch. Device 0 also holds:
@@ -198,7 +200,7 @@ print(f"gradients computed while the copy buffer was still alive: "
 # less the activations backward has already freed.
 
 # %% [markdown]
-# ## DDP: equal ranks
+# ## DDP: memory per rank
 # DDP runs one process per device, each with its own whole model and its own optimizer (lesson 10). During
 # backward, DDP averages the gradients with all-reduces on flat buffers, its buckets
 # (`torch/csrc/distributed/c10d/reducer.cpp: Reducer::initialize_buckets`). How much does a rank hold for the
@@ -215,10 +217,11 @@ quiz.ask("15-ddp-rank-memory")
 # against DataParallel on two devices (`viewed`, measured in the same launch, comes below):
 
 # %% tags=["reveals-answer"]
-ddp, viewed = ddp_memory.measure_ddp([Setup(kind="DDP", devices=2), Setup(kind="DDP", devices=2, bucket_view=True)])
-dp2 = memory.measure(Setup(kind="DataParallel", devices=2))
-print(ddp, dp2, sep="\n\n")
-viz.memory_bars([dp2, ddp])
+with quiz.reveal("15-ddp-rank-memory"):
+    ddp, viewed = ddp_memory.measure_ddp([Setup(kind="DDP", devices=2), Setup(kind="DDP", devices=2, bucket_view=True)])
+    dp2 = memory.measure(Setup(kind="DataParallel", devices=2))
+    print(ddp, dp2, sep="\n\n")
+    display(viz.memory_bars([dp2, ddp]))
 
 # %% [markdown]
 # Both ranks hold the same: every rank keeps the whole model, its gradients, its own copy of the optimizer
@@ -226,7 +229,7 @@ viz.memory_bars([dp2, ddp])
 # of the activations and outputs is half the batch's. For the model itself a rank holds about what
 # DataParallel's device 0 holds; what DDP changes is that no device holds more than the others, so none runs out
 # of memory while another has memory to spare. Splitting the parameters, gradients and optimizer state between
-# the ranks is what sharding does (ZeRO, FSDP), not DDP.
+# the ranks is what sharding does ([ZeRO](00_start_here.ipynb#Glossary), [FSDP](00_start_here.ipynb#Glossary)), not DDP.
 #
 # With `gradient_as_bucket_view=True` the gradients are views into the buckets, which "can reduce peak memory
 # usage, where the saved memory size will be equal to the total gradients size" (the DDP docstring,

@@ -2,7 +2,7 @@
 # # 16 · Mixed precision: autocast in threads, GradScaler, compressed gradients
 #
 # **After this lesson you will be able to explain**
-# - why autocast is set per thread, how DataParallel's worker threads get it back, and what a thread that does
+# - why [autocast](00_start_here.ipynb#Glossary) is set per thread, how DataParallel's worker threads get it back, and what a thread that does
 #   not compute in;
 # - what float16 and bfloat16 keep and lose, range against precision, in numbers;
 # - how `GradScaler` scales the loss, unscales the gradients, skips a step on an inf or a NaN and adapts its
@@ -14,13 +14,14 @@
 # "cpu"]`, not `dpcourse.devices(2)`, whose replicas on a GPU would compute in float32 under
 # `torch.autocast("cpu")`. GradScaler trains on `dpcourse.devices(n)`, with autocast and the scaler of
 # `devices[0]`'s type: `torch.amp.GradScaler("cpu")` on CPU devices works as `"cuda"` does on a GPU. DDP runs in
-# 2 processes as in lesson 10, on gloo with CPU tensors unless every rank has a GPU of its own:
+# 2 processes as in lesson 10, on gloo with CPU tensors unless every [rank](00_start_here.ipynb#Glossary) has a GPU of its own:
 # [NCCL](00_start_here.ipynb#Glossary) needs one GPU per rank.
 
 # %%
 import math
 
 import torch
+from IPython.display import display
 
 from dpcourse import examples, exercises, precision, quiz, viz
 from dpcourse.ddp import compression as ddp_compression
@@ -31,7 +32,7 @@ x, y = examples.make_batch(8)
 print("the backend of 2 DDP ranks here:", backend_for(2))
 
 # %% [markdown]
-# ## autocast is per thread
+# ## autocast in threads
 # `torch.autocast` runs chosen operations, matrix products among them, in a lower precision while the block
 # lasts (`torch/amp/autocast_mode.py`):
 
@@ -55,9 +56,10 @@ quiz.ask("16-plain-thread")
 # (`dpcourse/precision.py`):
 
 # %% tags=["reveals-answer"]
-in_bfloat16 = precision.thread_dtypes(torch.bfloat16)
-for way, calls in in_bfloat16.items():
-    print(f"{way:<36} {calls}")
+with quiz.reveal("16-plain-thread"):
+    in_bfloat16 = precision.thread_dtypes(torch.bfloat16)
+    for way, calls in in_bfloat16.items():
+        print(f"{way:<36} {calls}")
 
 # %% [markdown]
 # A plain `threading.Thread` computes in float32: a new thread starts with autocast off. dpcourse's
@@ -83,12 +85,13 @@ for way, calls in in_bfloat16.items():
 quiz.ask("16-enabled-only")
 
 # %% tags=["reveals-answer"]
-in_float16 = precision.thread_dtypes(torch.float16)
-for way, calls in in_float16.items():
-    print(f"{way:<36} {calls}")
-print("a new thread's default autocast dtypes:",
-      precision.in_plain_thread(lambda: {device: torch.get_autocast_dtype(device) for device in ("cpu", "cuda")}))
-viz.autocast_threads({"torch.autocast('cpu')": in_bfloat16, "torch.autocast('cpu', dtype=torch.float16)": in_float16})
+with quiz.reveal("16-enabled-only"):
+    in_float16 = precision.thread_dtypes(torch.float16)
+    for way, calls in in_float16.items():
+        print(f"{way:<36} {calls}")
+    print("a new thread's default autocast dtypes:",
+          precision.in_plain_thread(lambda: {device: torch.get_autocast_dtype(device) for device in ("cpu", "cuda")}))
+    display(viz.autocast_threads({"torch.autocast('cpu')": in_bfloat16, "torch.autocast('cpu', dtype=torch.float16)": in_float16}))
 
 # %% [markdown]
 # The worker turned autocast on and got the thread's own default dtype, bfloat16, not the caller's float16.
@@ -180,11 +183,12 @@ print(precision.gradient_underflow())
 quiz.ask("16-overflow-skip")
 
 # %% tags=["reveals-answer"]
-steps = precision.scaler_steps()
-for number, step in enumerate(steps, start=1):
-    print(f"step {number:>2}: scale 2^{math.log2(step.scale):.0f}, inf or NaN found {step.found_inf!s:<5}, "
-          f"weights changed {step.stepped!s:<5}, next scale 2^{math.log2(step.next_scale):.0f}")
-viz.loss_scale(steps)
+with quiz.reveal("16-overflow-skip"):
+    steps = precision.scaler_steps()
+    for number, step in enumerate(steps, start=1):
+        print(f"step {number:>2}: scale 2^{math.log2(step.scale):.0f}, inf or NaN found {step.found_inf!s:<5}, "
+              f"weights changed {step.stepped!s:<5}, next scale 2^{math.log2(step.next_scale):.0f}")
+    display(viz.loss_scale(steps))
 
 # %% [markdown]
 # Every overflowing step is skipped (the weights stay as they were) and halves the scale, until the gradients
@@ -220,7 +224,7 @@ print(f"largest scale of a step that went through: 2^{settled[0]:.0f} on one dev
 # the device. `_check_comm_hook` (`torch/nn/parallel/distributed.py:2485-2503`, torch 2.13) recognises the hook
 # by its name and passes it when torch is a CUDA (or ROCm) build, `torch.version.cuda` (or `.hip`) set, with
 # [NCCL](00_start_here.ipynb#Glossary) 2.10 or later compiled in, or an XPU build with XCCL. It never reads the
-# process group's backend or the module's device: a CUDA build accepts the hook even on gloo with a CPU
+# [process group](00_start_here.ipynb#Glossary)'s backend or the module's device: a CUDA build accepts the hook even on gloo with a CPU
 # module, a CPU-only build refuses it everywhere. The cell prints what your build says and what DDP did:
 
 # %%
@@ -238,12 +242,13 @@ print("bf16_compress_hook on gloo:", compressed.bf16_compress_hook)
 quiz.ask("16-compression-error")
 
 # %% tags=["reveals-answer"]
-print(compressed)
-print("every rank holds the same gradient under every hook:", compressed.ranks_agree)
-ordinary = {row["hook"]: row["relative_error"] for row in compressed.rows if row["multiplier"] == 1.0}
-bf16_error, fp16_error = ordinary["bf16, dpcourse's copy"], ordinary["fp16_compress_hook"]
-print(f"ordinary gradients: bfloat16's error is {bf16_error / fp16_error:.1f} times float16's")
-viz.compression_error(compressed)
+with quiz.reveal("16-compression-error"):
+    print(compressed)
+    print("every rank holds the same gradient under every hook:", compressed.ranks_agree)
+    ordinary = {row["hook"]: row["relative_error"] for row in compressed.rows if row["multiplier"] == 1.0}
+    bf16_error, fp16_error = ordinary["bf16, dpcourse's copy"], ordinary["fp16_compress_hook"]
+    print(f"ordinary gradients: bfloat16's error is {bf16_error / fp16_error:.1f} times float16's")
+    display(viz.compression_error(compressed))
 
 # %% [markdown]
 # - **Ordinary gradients** (times 1): float16 compression is closer, by the factor the cell prints. Three more

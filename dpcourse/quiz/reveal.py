@@ -11,9 +11,8 @@ learner reads one line, ``PLACEHOLDER``, next to a *Show the result without answ
 appears when the quiz ``question`` is answered in this kernel (any answer, right or wrong: the quiz calls
 ``answered``), at once if it was answered before the block ran, or when the learner presses the button. A block
 that answers several quizzes names them all, ``quiz.reveal("14-no-sync-allreduces", "14-forward-outside")``,
-and waits for every one.
-Nothing of the result is in the visible output before that. JupyterLab's collapsed-output bar, which prints
-an output's first line, would show the placeholder line.
+and waits for every one. Nothing of the result is in the visible output before that: even JupyterLab's
+collapsed-output bar, which prints an output's first line, would print the placeholder.
 
 Where nobody answers, the block's output goes through as usual. That happens when ``$DPCOURSE_REVEAL`` is
 ``print`` (notebooks/conftest.py sets it for the builds and the tests, so that the instructor edition stores the
@@ -21,7 +20,9 @@ real outputs and nbval compares them), and outside an IPython kernel (a script, 
 
 The block's prints come first in the result, then what it displays (IPython's ``capture_output`` keeps them
 apart). Write prints before figures, and ``display(figure)`` rather than a bare last expression, which a
-``with`` block would not show. An error in the block shows the result at once, with the traceback after it.
+``with`` block would not show (a pyplot figure left open would be drawn after the cell, outside the block: the
+course's figures, ``dpcourse.viz``, are not pyplot's). An error in the block shows the result at once, with the
+traceback after it.
 """
 
 import base64

@@ -57,7 +57,7 @@ quiz.ask("20-after-forward")
 # %% [markdown]
 # `zero3_measure.measure(2)` starts 2 ranks once (the fewest that show it all, and the quickest to start on this
 # machine) and trains the model for 3 steps four ways, each on a copy:
-# DDP (Adam on every rank, gradients all-reduced), ZeRO-3, ZeRO-3 with prefetch, and ZeRO-3 without
+# DDP (Adam on every rank, gradients [all-reduced](00_start_here.ipynb#Glossary)), ZeRO-3, ZeRO-3 with prefetch, and ZeRO-3 without
 # resharding (below). All collectives are rings of point-to-point messages (`dpcourse/sharded/rings.py`, the two
 # halves of lesson 13's ring all-reduce), so that `traffic.counted` counts every byte sent. The last step runs
 # under lesson 15's profiler (`memory.peak.allocations`). After ZeRO-3's forward, rank 0's gathered vectors and
@@ -83,7 +83,7 @@ with quiz.reveal("20-after-forward"):
 #    (`torch/distributed/fsdp/_runtime_utils.py: _register_pre_backward_hooks`);
 # 4. **its backward** ends in the backward of the all-gather, a **reduce-scatter**: each rank receives the sum
 #    of every rank's gradient for its own slice, divides by n (DDP's average), and frees the vector again.
-#    torch's own differentiable all-gather has a reduce-scatter for its backward too, on NCCL
+#    torch's own differentiable all-gather has a reduce-scatter for its backward too, on [NCCL](00_start_here.ipynb#Glossary)
 #    (`torch/distributed/nn/functional.py: _AllGather.backward`).
 #
 # Adam then updates each rank's slices (`dpcourse/sharded/zero3.py`: `Layer`, `Zero3`, `program`). Is the

@@ -2,11 +2,11 @@
 # # 17 · DDP in practice: data, checkpoints, uneven inputs, unused parameters, BatchNorm, and a script converted
 #
 # **After this lesson you will be able to explain**
-# - why every DDP rank needs a `DistributedSampler`, with the same seed everywhere, and `set_epoch` every epoch;
+# - what each DDP [rank](00_start_here.ipynb#Glossary) trains on with and without a `DistributedSampler`, and what its
+#   seed and `set_epoch` are for;
 # - how to save a checkpoint on rank 0 and load it on every rank, and what the barrier and `map_location` are for;
-# - why one rank with an extra batch makes DDP hang, and how `join()` lets it finish;
-# - what DDP's "Expected to have finished reduction in the prior iteration" error means, and what
-#   `find_unused_parameters=True` costs;
+# - what happens when one rank has an extra batch, and what `join()` changes;
+# - what DDP does when a parameter gets no gradient in a step, and what `find_unused_parameters=True` costs;
 # - how per-replica BatchNorm and SyncBatchNorm differ, in numbers;
 # - how a DataParallel script becomes a DDP script, line by line, and how `torchrun` runs it.
 #
@@ -26,6 +26,7 @@ import tempfile
 from pathlib import Path
 
 import torch
+from IPython.display import display
 from torch.utils.data import DistributedSampler, RandomSampler
 
 from dpcourse import exercises, quiz, viz
@@ -36,7 +37,7 @@ from dpcourse.scripts import common, train_ddp, train_dp
 print("the backend of 2 DDP ranks here:", backend_for(2))
 
 # %% [markdown]
-# ## Every rank needs its own share of the data
+# ## Which samples each rank trains on
 # DDP wraps the model; it does not touch the data. Every rank runs the same script, so every rank builds the
 # same `DataLoader`. Take a single-device script's loader, `DataLoader(dataset, batch_size=3, shuffle=True)`,
 # unchanged into a DDP script, seeded the same on every rank as reproducible scripts are:
@@ -45,7 +46,7 @@ print("the backend of 2 DDP ranks here:", backend_for(2))
 quiz.ask("17-no-sampler")
 
 # %% [markdown]
-# What splits the data is `torch.utils.data.DistributedSampler`: it shuffles the indices with a seed that
+# `torch.utils.data.DistributedSampler` is the sampler made for DDP: it shuffles the indices with a seed that
 # every rank shares, and gives rank r every second index from position r (with 2 ranks). It shuffles with a
 # new generator seeded with `seed + epoch` each time it is iterated (`torch/utils/data/distributed.py`,
 # `DistributedSampler.__iter__`). And `epoch` changes only when the loop says so:
@@ -63,11 +64,13 @@ quiz.ask("17-set-epoch")
 # - **set_epoch**: `DistributedSampler(dataset)` and `sampler.set_epoch(epoch)` at the start of every epoch.
 
 # %% tags=["reveals-answer"]
-coverage = sampling.coverage(samples=12, epochs=2)
-print(coverage)
+with quiz.reveal("17-no-sampler", "17-set-epoch"):
+    coverage = sampling.coverage(samples=12, epochs=2)
+    print(coverage)
 
 # %% tags=["reveals-answer"]
-viz.sampler_coverage(coverage.samples, coverage.orders)
+with quiz.reveal("17-no-sampler", "17-set-epoch"):
+    display(viz.sampler_coverage(coverage.samples, coverage.orders))
 
 # %% [markdown]
 # Read the four panels from the top:
@@ -82,7 +85,7 @@ viz.sampler_coverage(coverage.samples, coverage.orders)
 #   order: the numbers in the boxes, each sample's position in its rank's epoch, are the same in both rows.
 # - **set_epoch**: a fresh split of a fresh shuffle every epoch, each sample once.
 #
-# The recipe, then. The sampler reads the rank and the number of ranks from the process group (as it did
+# The recipe, then. The sampler reads the rank and the number of ranks from the [process group](00_start_here.ipynb#Glossary) (as it did
 # on the ranks above) and does the shuffling, so the loader gets no `shuffle=True` (`DataLoader` refuses
 # both: "sampler option is mutually exclusive with shuffle", `torch/utils/data/dataloader.py`:
 # `DataLoader.__init__`):
@@ -174,21 +177,22 @@ quiz.ask("17-uneven-no-join")
 
 # %% [markdown]
 # `uneven.uneven` trains that way three times: without `join()`, with `ddp_model.join()`, and with
-# `ddp_model.join(divide_by_initial_world_size=False)`. So that a hang ends quickly, each way runs on a
-# process group of its own, created with the short timeout passed below (the default, printed last, is
-# much longer); `launch` would stop both ranks at its own deadline anyway (`dpcourse/ddp/uneven.py`):
+# `ddp_model.join(divide_by_initial_world_size=False)`. Each way runs on a process group of its own, created
+# with the short timeout passed below (the default, printed last, is much longer); `launch` would stop both ranks at its own deadline anyway (`dpcourse/ddp/uneven.py`):
 
 # %% tags=["reveals-answer"]
-steps = uneven.uneven(batches=(3, 2), timeout=1.0)
-print(steps)
-print("rank processes still running:", multiprocessing.active_children())
-print("a process group's default timeout under gloo:", torch.distributed.constants.default_pg_timeout)
+with quiz.reveal("17-uneven-no-join"):
+    steps = uneven.uneven(batches=(3, 2), timeout=1.0)
+    print(steps)
+    print("rank processes still running:", multiprocessing.active_children())
+    print("a process group's default timeout under gloo:", torch.distributed.constants.default_pg_timeout)
 
 # %% tags=["reveals-answer"]
-notes = {mode: f"rank 0's step 3 used {steps.last_step_scale(mode):.2f} x its own gradient"
-         for mode in uneven.MODES[1:]}
-viz.uneven_steps(steps.batches, {m: steps.steps(m) for m in uneven.MODES},
-                 {m: [e is not None for e in steps.errors(m)] for m in uneven.MODES}, notes)
+with quiz.reveal("17-uneven-no-join"):
+    notes = {mode: f"rank 0's step 3 used {steps.last_step_scale(mode):.2f} x its own gradient"
+             for mode in uneven.MODES[1:]}
+    display(viz.uneven_steps(steps.batches, {m: steps.steps(m) for m in uneven.MODES},
+                     {m: [e is not None for e in steps.errors(m)] for m in uneven.MODES}, notes))
 
 # %% [markdown]
 # - **No join**: rank 1 finished its 2 batches and left the loop. Rank 0's third backward started an
@@ -223,10 +227,11 @@ quiz.ask("17-unused-parameter")
 # `find_unused_parameters=True` and with `static_graph=True` (`dpcourse/ddp/unused.py`):
 
 # %% tags=["reveals-answer"]
-found = unused.unused()
-print(found)
-print("\ntorch's message on rank 0:\n" + found.error)
-print("\nparameter indices:", list(enumerate(name for name, _ in unused.TwoHeads().named_parameters())))
+with quiz.reveal("17-unused-parameter"):
+    found = unused.unused()
+    print(found)
+    print("\ntorch's message on rank 0:\n" + found.error)
+    print("\nparameter indices:", list(enumerate(name for name, _ in unused.TwoHeads().named_parameters())))
 
 # %% [markdown]
 # The first step ran; the second forward raised. The first backward returned with the reduction unfinished
@@ -272,7 +277,8 @@ quiz.ask("17-global-variance")
 # on rank 1, gathered and combined (`dpcourse/ddp/batchnorm.py`):
 
 # %% tags=["reveals-answer"]
-print(batchnorm.global_variance([[-1, 1], [1, 3]]))
+with quiz.reveal("17-global-variance"):
+    print(batchnorm.global_variance([[-1, 1], [1, 3]]))
 
 # %% [markdown]
 # torch 2.13 runs `nn.SyncBatchNorm` on GPUs (and XPU, HPU or a privateuse1 backend) only: in training under

@@ -82,11 +82,11 @@ def layout_table(results: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def collectives_line(step: dict) -> str:
-    """A watched step's collectives, forward | backward, with FSDP2's names shortened (all_gather_single: AG)."""
+def collectives_line(step: dict, parts: tuple[str, ...] = ("forward", "backward")) -> str:
+    """A watched step's collectives in each of ``parts``, with FSDP2's names shortened (all_gather_single: AG)."""
     short = {"all_gather": "AG", "reduce_scatter": "RS", "all_reduce": "AR"}
 
     def names(calls: list[str]) -> str:
         return " ".join(next((v for k, v in short.items() if call.startswith(k)), call) for call in calls) or "-"
 
-    return f"forward: {names(step['forward'])} | backward: {names(step['backward'])}"
+    return " | ".join(f"{part}: {names(step[part])}" for part in parts)

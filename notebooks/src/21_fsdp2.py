@@ -40,7 +40,7 @@ from dpcourse.sharded import checkpoint_sharded, practice, ranks, side_by_side
 print({f"{n} ranks": backend_for(n) for n in (2, 3)})
 
 # %% [markdown]
-# ## `fully_shard` on a device mesh
+# ## Sharding the model on a device mesh
 # Each rank runs the same lines. The mesh lays the ranks out: one dimension of 3 ranks, on the ranks' device type
 # (`"cpu"` under gloo). `fully_shard` is called on each `Linear` first, then on the whole model:
 #
@@ -81,22 +81,22 @@ with quiz.reveal("21-empty-shard"):
 #
 # Why one `fully_shard` per layer? Each call makes one unit, all-gathered in one piece just before it runs. With
 # the root as the only unit, the whole model is gathered at once, and a rank holds all of it while any layer
-# runs. The tour watched the first step of both (`fsdp2.watched_step`): the collectives it called, and the most
-# bytes of full parameters a rank held (read just before each layer's forward):
+# runs. The tour watched the first step of both (`fsdp2.watched_step`): here the collectives of its forward, and
+# the most bytes of full parameters a rank held (read just before each layer's forward):
 
 # %%
 print(f"the whole model: {ranks.parameter_count():,} float32 parameters, {4 * ranks.parameter_count():,} bytes")
 for name, step in (("one unit per Linear", results[0]["step"]), ("the root only", results[0]["one_unit"]["step"])):
-    print(f"{name:<20} {practice.collectives_line(step)}")
+    print(f"{name:<20} {practice.collectives_line(step, parts=('forward',))}")
     print(f"{'':<20} most full parameter bytes held in the forward: {step['peak_full_bytes']:,}")
 
 # %% [markdown]
 # With the root as its only unit, a rank gathers the whole model at once. Per layer, the most it holds is the
-# largest layer's. AG is an all-gather of a unit's shards (`dist.all_gather_single`,
-# lesson 13's all-gather into one tensor), RS a reduce-scatter of its gradients; a model of billions of
-# parameters fits on a rank only if one layer at a time does.
+# largest layer's. AG is one all-gather of a unit's shards into one tensor (lesson 13's all-gather; the
+# collective's name changes between torch versions), RS one reduce-scatter of its gradients. A model of billions
+# of parameters fits on a rank only if one layer at a time does.
 #
-# ## `reshard_after_forward`: gather twice, or hold on
+# ## Reshard after the forward, or hold on
 # After a unit's forward FSDP2 can [reshard](00_start_here.ipynb#Glossary) it, freeing the full parameters, and
 # gather them again for the backward; or keep them until the backward has used them.
 
@@ -167,7 +167,7 @@ def train_with_fsdp2(model, batches, lr):
 exercises.check("train_with_fsdp2", train_with_fsdp2)
 
 # %% [markdown]
-# ## Mixed precision: `MixedPrecisionPolicy`
+# ## Mixed precision: MixedPrecisionPolicy
 # `fully_shard(..., mp_policy=MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32))`
 # asks for bfloat16 computation with float32 gradient reduction (`torch/distributed/fsdp/_fully_shard/
 # _fsdp_api.py: MixedPrecisionPolicy`). Unlike [autocast](00_start_here.ipynb#Glossary) (lesson 16), which
@@ -183,10 +183,10 @@ with quiz.reveal("21-mixed-precision"):
         print(f"{name:<26} {dtype}")
 
 # %% [markdown]
-# The all-gathered copy the layer computes with is bfloat16, and FSDP2 cast the layer's input too
-# (`cast_forward_inputs=True`); the stored shards that Adam updates, and their gradients, stay float32: no extra
-# full-precision copy is needed, since the shards are the full-precision copy. All of it runs here on the CPU:
-# gloo moves bfloat16 and the CPU multiplies it. What the policy is for is not measured on this machine, and is
+# The all-gathered copy the layer computes with is bfloat16, and FSDP2 cast the layer's input too (the
+# policy's `cast_forward_inputs=True`, its default); the stored shards that Adam updates, and their gradients,
+# stay float32: no extra full-precision copy is needed, since the shards are the full-precision copy. All of it
+# runs here on the CPU: gloo moves bfloat16 and the CPU multiplies it. What the policy is for is not measured on this machine, and is
 # a **prediction** for a GPU: the all-gathers carry 2 bytes per parameter instead of 4, and the matrix products
 # run on the GPU's bfloat16 units.
 #

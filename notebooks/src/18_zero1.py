@@ -188,13 +188,15 @@ for n, results in runs.items():
 # ## What it costs: one more collective per step
 # `ranks.train_on_ranks` records every collective a program calls through `torch.distributed`, with the bytes
 # of its whole tensor: the tensor all-reduced, the all-gather's whole output (`ranks.collective_sizes`). DDP's
-# reducer calls its all-reduces from C++, where that record cannot see them; its buckets report their size
-# instead (`ddp.memory.bucket_bytes`), and every step it all-reduces all of them once. Per step, on 4 ranks:
+# reducer calls its all-reduces from C++ (`torch/csrc/distributed/c10d/reducer.cpp`), where that record cannot
+# see them: the run below trained DDP for 3 steps, then ZeRO-1 for 3, and only ZeRO-1's collectives were
+# recorded. DDP's buckets report their size instead (`ddp.memory.bucket_bytes`), and every step it all-reduces
+# each of them once. On 4 ranks:
 
 # %%
 calls = runs[4][0]["collectives"]
-per_step = calls[: len(calls) // 3]
-print("ZeRO-1, one step:", per_step)
+print("recorded in the whole run:", [name for name, _ in calls])
+print("ZeRO-1, one step:", calls[:2])
 print("DDP, one step: all-reduce of its buckets,", runs[4][0]["ddp"]["bucket_bytes"], "bytes")
 
 # %% [markdown]
@@ -288,8 +290,8 @@ exercises.check("zero1_training", zero1_training)
 # - A step: backward, all-reduce and average the gradients, Adam on the shard, all-gather the updated shards.
 #   gloo's all-gather refuses pieces of different sizes, so short shards are padded and the padding dropped.
 # - The result is one-device Adam's, within float tolerance, on 2, 3 and 4 ranks with uneven shards.
-# - The cost: an all-gather on top of the all-reduce, about 1.5 times DDP's bytes if both run as rings (a
-#   prediction, from the sizes measured here).
+# - The cost: an all-gather on top of the all-reduce. If both run as rings, the all-gather sends half of what
+#   the all-reduce sends: 1.5 times DDP's bytes per rank (a prediction, from the sizes measured here).
 # - torch has ZeRO-1 built in, `torch.distributed.optim.ZeroRedundancyOptimizer` (lesson 21); lesson 19 shards
 #   the gradients too, lesson 20 the parameters.
 #

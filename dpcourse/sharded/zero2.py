@@ -83,7 +83,8 @@ class Zero2:
     After ``step`` every parameter holds the updated values and no ``.grad``. What it measured:
     ``still_to_come[i]``, how many gradients backward had not produced yet when bucket ``i``'s reduce-scatter
     started (this backward); ``gradient_bytes``, the most gradient memory held at once (full ``.grad`` tensors,
-    bucket buffers, the piece being received and the shards), counted at every hook.
+    bucket buffers, the piece being received and the shards), counted at every hook; ``held_at_hooks``, that count
+    at each hook of this backward, in order.
     """
 
     def __init__(self, model: nn.Module, lr: float, bucket_bytes: int = BUCKET_BYTES,
@@ -98,6 +99,7 @@ class Zero2:
         for p in parameters:
             p.register_post_accumulate_grad_hook(self._gradient_ready)
         self.still_to_come: list[int] = []
+        self.held_at_hooks: list[int] = []
         self.gradient_bytes = 0
 
     def _bucket(self, parameters: list[nn.Parameter]) -> Bucket:
@@ -119,7 +121,8 @@ class Zero2:
             bucket.gradients = bucket.zeros(self.n)
         start = bucket.offsets[param]
         bucket.gradients[start:start + param.numel()].copy_(param.grad.reshape(-1))
-        self.gradient_bytes = max(self.gradient_bytes, self.held())
+        self.held_at_hooks.append(self.held())
+        self.gradient_bytes = max(self.gradient_bytes, self.held_at_hooks[-1])
         param.grad = None  # from here on this gradient lives in the bucket only
         bucket.arrived += 1
         if bucket.arrived < len(bucket.parameters):
@@ -148,7 +151,7 @@ class Zero2:
                     start = bucket.offsets[p]
                     p.copy_(flat[start:start + p.numel()].view_as(p))
             bucket.arrived = 0
-        self.still_to_come = []
+        self.still_to_come, self.held_at_hooks = [], []
 
     @property
     def state_bytes(self) -> int:
@@ -162,14 +165,15 @@ def train(model: nn.Module, batches: Sequence[tuple[torch.Tensor, torch.Tensor]]
     """A training program for ``ranks.train_on_ranks``: ZeRO-2 with Adam, one step per batch.
 
     Returns the full parameters and what ``Zero2`` measured: ``gradient_bytes`` (the most at once),
-    ``after_backward`` (gradient bytes held when the first backward ended), ``state_bytes``, ``still_to_come``
-    (of the first backward) and ``shard_numels`` (this rank's values per bucket).
+    ``after_backward`` (gradient bytes held when the first backward ended), ``state_bytes``, ``still_to_come`` and
+    ``held_at_hooks`` (of the first backward) and ``shard_numels`` (this rank's values per bucket).
     """
     zero2 = Zero2(model, lr, bucket_bytes, collectives)
     first: dict = {}
     for x, y in batches:
         loss_fn(model(x), y).backward()
-        first = first or {"after_backward": zero2.held(), "still_to_come": zero2.still_to_come}
+        first = first or {"after_backward": zero2.held(), "still_to_come": zero2.still_to_come,
+                          "held_at_hooks": zero2.held_at_hooks}
         zero2.step()
     return {"parameters": [p.detach() for p in model.parameters()], "gradient_bytes": zero2.gradient_bytes,
             "state_bytes": zero2.state_bytes, "shard_numels": [b.weights.numel() for b in zero2.buckets], **first}

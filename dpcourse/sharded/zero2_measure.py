@@ -55,17 +55,21 @@ def ring_collectives() -> Iterator[None]:
 def ddp_by_hand(model: nn.Module, batches: list, lr: float) -> dict:
     """DDP's arithmetic with one visible all-reduce: the gradients flattened, divided by ``n``, all-reduced, copied
     back; then every rank runs Adam on all the parameters. ``gradient_bytes``: the ``.grad`` tensors and the flat
-    buffer, at the all-reduce (DDP's own buckets are flat copies of the gradients too: lesson 15)."""
+    buffer, at the all-reduce (DDP's own buckets are flat copies of the gradients too: lesson 15);
+    ``held_at_hooks``: the ``.grad`` bytes after each gradient of the first backward, as ``zero2.Zero2`` counts."""
     parameters = list(model.parameters())
     optimizer = torch.optim.Adam(parameters, lr=lr)
+    held_at_hooks: list[int] = []
+    for p in parameters:
+        p.register_post_accumulate_grad_hook(lambda _: held_at_hooks.append(storage_bytes(q.grad for q in parameters)))
     first: dict = {}
     for x, y in batches:
         optimizer.zero_grad()
         loss_fn(model(x), y).backward()
         gradients = [p.grad for p in parameters]
         flat = parameters_to_vector(gradients).div_(dist.get_world_size())
-        first = first or {"after_backward": storage_bytes(gradients), "gradient_bytes": storage_bytes([*gradients,
-                                                                                                      flat])}
+        first = first or {"after_backward": storage_bytes(gradients), "held_at_hooks": list(held_at_hooks),
+                          "gradient_bytes": storage_bytes([*gradients, flat])}
         dist.all_reduce(flat)
         vector_to_parameters(flat, gradients)
         optimizer.step()

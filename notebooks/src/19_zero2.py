@@ -24,10 +24,12 @@ import math
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
+from IPython.display import display
 
 from dpcourse import examples, exercises, quiz
 from dpcourse.ddp.launcher import backend_for
 from dpcourse.sharded import ranks, zero2, zero2_measure
+from dpcourse.viz.zero2 import gradient_bytes
 
 print({f"{n} ranks": backend_for(n) for n in (2, 3, 4)})
 
@@ -173,15 +175,18 @@ with quiz.reveal("19-gradient-bytes"):
               f"(1/4 = 0.25); at most {zero2_most:,} bytes at once, {surplus[label]:,} more than at the end, "
               f"{zero2_most / ddp_most:.2f} of DDP's most. Adam's state: {state:.3f} of DDP's")
     print("the same surplus on both models:", len(set(surplus.values())) == 1)
+    display(gradient_bytes(compared.deep[0], "Rank 0's gradients during the first backward, the deeper model, "
+                                             f"{compared.world_size} ranks"))
 
 # %% [markdown]
 # When backward ends, a ZeRO-2 rank holds its shard of each bucket, 1/n of the gradient and a few bytes of
 # padding where a bucket does not divide by n. During backward it holds more: the bucket being filled (its
 # flat buffer and the `.grad` just accumulated), the piece being received, and the shards done so far. That
 # surplus depends on the largest bucket, not on the size of the model, while DDP's gradients and buckets grow
-# with the model: the larger the model, the smaller ZeRO-2's "most at once" is next to DDP's. With DDP's
-# default buckets of 25 MiB and a model of billions of parameters, the bucket would be a small fraction of the
-# rest (a prediction, from the accounting above, not measured here).
+# with the model: the larger the model, the smaller ZeRO-2's "most at once" is next to DDP's. In the figure,
+# ZeRO-2's line rises while a bucket fills and drops when it is reduce-scattered; DDP's climbs to the whole
+# gradient. With DDP's default buckets of 25 MiB and a model of billions of parameters, the bucket would be a
+# small fraction of the rest (a prediction, from the accounting above, not measured here).
 #
 # Adam's state is sharded as in lesson 18: each rank's Adam steps its slices of the buckets only.
 #

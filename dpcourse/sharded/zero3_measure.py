@@ -77,6 +77,12 @@ def _train(forward: Callable, optimizer: torch.optim.Optimizer, held: Callable[[
             "step_sent": traffic.sent}
 
 
+def peak_phase(run: dict) -> str:
+    """The phase of the step (``memory.peak.PHASES``) in which ``run``'s allocations peaked."""
+    at = run["allocated"].index(max(run["allocated"]))
+    return next((name for name, (first, last) in run["phases"].items() if first <= at <= last), "between phases")
+
+
 def _ddp(model: nn.Module, batches: list, lr: float) -> dict:
     parameters = list(model.parameters())
     optimizer = torch.optim.Adam(parameters, lr=lr)

@@ -129,7 +129,8 @@ ddp_run = measured[0]["ways"]["DDP"]
 for way in ("DDP", "ZeRO-3", "ZeRO-3, no reshard"):
     run = measured[0]["ways"][way]
     print(f"{way:<20} rank 0 held {run['start']:>9,} bytes as the step began ({run['start'] / ddp_run['start']:.2f} x "
-          f"DDP's), peaked at {max(run['allocated']):>9,} ({max(run['allocated']) / max(ddp_run['allocated']):.2f} x)")
+          f"DDP's), peaked at {max(run['allocated']):>9,} ({max(run['allocated']) / max(ddp_run['allocated']):.2f} x) "
+          f"in the {zero3_measure.peak_phase(run)}")
 display(zero3_memory({way: measured[0]["ways"][way] for way in ("DDP", "ZeRO-3", "ZeRO-3, no reshard")}))
 
 # %% [markdown]

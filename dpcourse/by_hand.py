@@ -49,6 +49,15 @@ class Forward:
         k = len(names)
         return [dict(zip(names, grads[i * k : (i + 1) * k], strict=True)) for i in range(len(self.replicas))]
 
+    def gradients(self, loss: torch.Tensor, names: Sequence[str], also: Sequence[torch.Tensor] = (),
+                  retain_graph: bool = False) -> tuple[list[dict[str, torch.Tensor]], list[torch.Tensor]]:
+        """The gradient of ``loss`` with respect to every replica's copy of each parameter in ``names`` (per
+        replica, by name, each on its replica's device), and with respect to each tensor in ``also`` (the
+        original parameters, say: what DataParallel makes of the copies' gradients, their sum)."""
+        found = torch.autograd.grad(loss, [*self.parameter_copies(names), *also], retain_graph=retain_graph)
+        copies = len(self.replicas) * len(names)
+        return self.by_replica(found[:copies], names), list(found[copies:])
+
 
 def forward(module: nn.Module, inputs: Any, devices: Sequence[torch.device],
             output_device: torch.device | None = None) -> Forward:

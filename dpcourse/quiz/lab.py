@@ -87,10 +87,9 @@ def replica_gradients(
     """
     run = by_hand.forward(model, x, choose_devices(n_devices), first_device())
     loss = loss_of(run.gathered)
-    names = [name for name, _ in model.named_parameters()]
-    grads = torch.autograd.grad(loss, run.parameter_copies(names), retain_graph=True)
+    per_replica, _ = run.gradients(loss, [name for name, _ in model.named_parameters()], retain_graph=True)
     loss.backward()
-    return [{name: g.to(first_device()) for name, g in mine.items()} for mine in run.by_replica(grads, names)]
+    return [{name: g.to(first_device()) for name, g in mine.items()} for mine in per_replica]
 
 
 class Counter(nn.Module):

@@ -73,8 +73,8 @@ def gradient_sum(
     run = _forward(model, (x,), n_devices)
     chunks = run.rows
     loss = F.cross_entropy(run.gathered, y, reduction=reduction)
-    *per_replica, reduced = torch.autograd.grad(loss, run.parameter_copies([name]) + [original])
-    per_replica = [grad.to(device) for grad in per_replica]  # each copy's gradient is on its replica's device
+    copies, (reduced,) = run.gradients(loss, [name], also=[original])
+    per_replica = [grad[name].to(device) for grad in copies]  # each copy's gradient is on its replica's device
     (single,) = torch.autograd.grad(F.cross_entropy(model(x), y, reduction=reduction), [original])
     total = torch.stack(per_replica).sum(0)
     diff = (total - single).abs().max().item()

@@ -80,17 +80,16 @@ def run_step(n_devices: int, batch: int, lr: float = LEARNING_RATE) -> StepRecor
     with trace_steps() as recorded:
         run = by_hand.forward(model, x, devices)
         loss = examples.loss_fn(run.gathered, y)
-        found = torch.autograd.grad(loss, [*run.outputs, *run.parameter_copies(names), *model.parameters()])
-    n, k = len(run.outputs), len(names)
-    replica_grads = run.by_replica(found[n : n + n * k], names)
-    grads = dict(zip(names, found[n + n * k :], strict=True))
+        replica_grads, found = run.gradients(loss, names, also=[*run.outputs, *model.parameters()])
+    n = len(run.outputs)
+    grads = dict(zip(names, found[n:], strict=True))
 
     single_loss = examples.loss_fn(single(x), y)
     single_loss.backward()
     single_grads = {name: p.grad.clone() for name, p in single.named_parameters()}
     return StepRecord(
         devices=devices, model=model, x=x, y=y, chunks=run.chunks, replicas=run.replicas, outputs=run.outputs,
-        gathered=run.gathered.detach(), loss=loss.detach(), output_grads=list(found[:n]), replica_grads=replica_grads,
+        gathered=run.gathered.detach(), loss=loss.detach(), output_grads=found[:n], replica_grads=replica_grads,
         grads=grads, weights_before=before, weights_after=_weights_after_sgd(model, grads, lr),
         single_loss=single_loss.detach(), single_grads=single_grads,
         single_weights_after=_weights_after_sgd(single, single_grads, lr), trace=recorded,

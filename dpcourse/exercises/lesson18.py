@@ -12,7 +12,6 @@ import math
 from dpcourse.sharded import ranks, zero1
 
 from .check import Case, Exercise
-from .registry import register
 
 SLOW = (f"starting the ranks (a few seconds); ranks that wait for each other are stopped after "
         f"{ranks.TIMEOUT:g} s")
@@ -47,7 +46,7 @@ def _judge_shard_range(case: Case, answer: list) -> str | None:
     return None
 
 
-register(Exercise(
+SHARD_RANGE = Exercise(
     name="shard_range",
     task="Write shard_range(numel, rank, world_size) -> (start, stop): the slice of a flat vector of numel "
          "numbers that rank owns. Shards of ceil(numel / world_size) numbers, in rank order; the last ones "
@@ -61,7 +60,7 @@ register(Exercise(
     call=_every_rank,
     generated=lambda: [Case(f"{numel} numbers on {n} ranks", (numel, n))
                        for numel, n in itertools.product(range(41), range(1, 9))],
-))
+)
 
 
 def _judge_state_bytes(case: Case, answer: list) -> str | None:
@@ -76,7 +75,7 @@ def _judge_state_bytes(case: Case, answer: list) -> str | None:
     return None
 
 
-register(Exercise(
+ADAM_STATE_BYTES = Exercise(
     name="adam_state_bytes",
     task="Write adam_state_bytes(numel, rank, world_size): the bytes of Adam's state on rank under ZeRO-1, "
          "float32, when the rank's optimizer steps one tensor, its shard of shard_range(numel, rank, world_size).",
@@ -89,7 +88,7 @@ register(Exercise(
     call=_every_rank,
     generated=lambda: [Case(f"{numel} numbers on {n} ranks", (numel, n))
                        for numel, n in itertools.product(range(1, 41), range(1, 7))],
-))
+)
 
 
 def train_each_case(function, case: Case) -> list[dict]:
@@ -125,7 +124,7 @@ def zero1_cases() -> list[Case]:
             ]]
 
 
-register(Exercise(
+ZERO1_TRAINING = Exercise(
     name="zero1_training",
     task="Write zero1_training(model, batches, lr), run on every rank: ZeRO-1 training with torch.optim.Adam. "
          "Each step: backward on the rank's (x, y), all-reduce the flat gradient and average it, Adam on this "
@@ -134,4 +133,6 @@ register(Exercise(
     judge=same_weights_and_sharded_state,
     call=train_each_case,
     slow=SLOW,
-))
+)
+
+EXERCISES = (SHARD_RANGE, ADAM_STATE_BYTES, ZERO1_TRAINING)

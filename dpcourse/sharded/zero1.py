@@ -5,11 +5,12 @@ Adam's two averages. ZeRO-1 (Rajbhandari et al., arXiv:1910.02054) keeps one cop
 
 1. flatten the parameters into one vector of ``numel`` numbers and give rank ``r`` the slice ``shard_range``;
 2. each step, all-reduce the gradients as DDP does (every rank gets the average);
-3. each rank runs Adam on its slice only: its state is a 1/n of DDP's;
+3. each rank runs Adam on its slice only: its state is about 1/n of DDP's;
 4. ``all_gather`` the updated slices so that every rank has all the parameters again for the next forward.
 
 Slices are the same size, ``ceil(numel / n)``, with the last ones shorter (or empty): the rule of
-``torch.chunk``, which FSDP2 uses for its shards (``torch/distributed/fsdp/_fully_shard/_fsdp_param.py``).
+``torch.chunk``, with which FSDP2 cuts each parameter along dim 0, padding every shard to the first's size
+(``torch/distributed/fsdp/_fully_shard/_fsdp_param.py: FSDPParam._init_sharded_param``).
 An all-gather wants the same number of elements from every rank, so a short slice is padded to that size
 before the gather and the padding is cut off after it (``all_gathered``).
 

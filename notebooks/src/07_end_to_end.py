@@ -4,7 +4,7 @@
 # **After this lesson you will be able to explain**
 # - why a DataParallel training loop tracks the one-device loop step for step, and what the optimizer updates;
 # - what the keys of a DataParallel checkpoint look like, and the two ways to load it into a bare model;
-# - the "module must have its parameters and buffers on device" error, and when it is raised;
+# - what DataParallel checks about where your model's parameters and buffers are, and when;
 # - where the outputs (and so the loss) land, and where the gradients land;
 # - what unlucky batch sizes do to BatchNorm and to keyword arguments, and how to avoid them;
 # - the two fixes every LSTM under DataParallel needs.
@@ -101,7 +101,7 @@ print("torch.nn.DataParallel keys:", list(torch.nn.DataParallel(examples.make_mo
 # Save `dp.module.state_dict()` every time, and the checkpoint loads anywhere.
 
 # %% [markdown]
-# ## The model must be on devices[0]
+# ## Where the model has to be
 # The master parameters live on `devices[0]`, and replica 0 computes with them directly (lesson 03); the
 # other replicas are copied from there at every forward:
 

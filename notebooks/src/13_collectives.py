@@ -2,12 +2,12 @@
 # # 13 · Collectives: broadcast, reduce, all-reduce, all-gather, reduce-scatter
 #
 # **After this lesson you will be able to explain**
-# - what each of the five collectives DDP and DataParallel are built from does: which rank holds what before
+# - what each of the five collectives DDP and DataParallel are built from does: which [rank](00_start_here.ipynb#Glossary) holds what before
 #   and after it;
 # - what an [all-reduce](00_start_here.ipynb#Glossary) is, exactly, and why it can be cut into a
 #   reduce-scatter and an all-gather;
-# - how a ring all-reduce works, written with `send` and `recv` between real processes, and why it sends
-#   2(N−1)/N · S bytes per rank for a tensor of S bytes;
+# - how a ring all-reduce works, written with `send` and `recv` between real processes, and how many bytes
+#   each rank sends for a tensor of S bytes;
 # - how it compares with reducing everything onto one rank and broadcasting the result back, counted in
 #   bytes and timed;
 # - where DataParallel's broadcast (replicate) and reduce-add sit in that comparison.
@@ -32,7 +32,7 @@ print({f"{n} ranks": backend_for(n) for n in (2, 3, 4)})
 
 # %% [markdown]
 # ## What a collective is
-# A *collective* is an operation that **every rank of a process group calls**, each with its own tensor, and
+# A *collective* is an operation that **every rank of a [process group](00_start_here.ipynb#Glossary) calls**, each with its own tensor, and
 # that moves data between them. The ranks wait for one another inside it, so a rank that never calls it
 # leaves the others waiting, until the process group's timeout. Five of them do all the work of data
 # parallelism:
@@ -71,8 +71,9 @@ viz.collective(moved["broadcast"])
 quiz.ask("13-reduce-others")
 
 # %% tags=["reveals-answer"]
-print(moved["reduce"])
-viz.collective(moved["reduce"])
+with quiz.reveal("13-reduce-others"):
+    print(moved["reduce"])
+    display(viz.collective(moved["reduce"]))
 
 # %% [markdown]
 # Rank 0 holds the sum. The others hold *partial sums*, left over from the way gloo passed the pieces
@@ -115,7 +116,7 @@ print("every rank after the all-reduce:                          ", moved["all_r
 print("the same:", finished_pieces == moved["all_reduce"].after[0])
 
 # %% [markdown]
-# That split is how the ring all-reduce below works. FSDP, which shards the model over the ranks, uses the two
+# That split is how the ring all-reduce below works. [FSDP](00_start_here.ipynb#Glossary), which shards the model over the ranks, uses the two
 # halves on their own: it reduce-scatters the gradients, so that each rank keeps the sum for the parameters it
 # owns (`torch/distributed/fsdp/_runtime_utils.py: _reduce_grad`), and all-gathers the parameters before a
 # layer runs (`torch/distributed/fsdp/_flat_param.py: FlatParamHandle._all_gather_flat_param`).
@@ -131,16 +132,20 @@ print("the same:", finished_pieces == moved["all_reduce"].after[0])
 quiz.ask("13-send-first")
 
 # %% [markdown]
-# `dist.send` is blocking: it is `isend` followed by a wait for the send to complete
-# (`torch/distributed/distributed_c10d.py: send`), and on gloo that happens only once the receiver has posted
-# its `recv`. With every rank inside `send`, nobody reaches `recv`, and the experiment above has to stop
-# the waiting ranks. `dist.isend` only *starts* the send and returns a request; then the rank can receive,
-# and wait for its own send afterwards:
+# The same step written with `dist.isend`, which *starts* a send and returns a request: each rank starts its
+# send, receives, then waits for its own send to complete:
 
 # %% tags=["reveals-answer"]
-received = pointtopoint.pass_right(world_size=3, blocking=False)
-for rank, number in enumerate(received):
-    print(f"rank {rank} received {number}, from rank {(rank - 1) % 3}")
+with quiz.reveal("13-send-first"):
+    received = pointtopoint.pass_right(world_size=3, blocking=False)
+    for rank, number in enumerate(received):
+        print(f"rank {rank} received {number}, from rank {(rank - 1) % 3}")
+
+# %% [markdown]
+# `dist.send` is blocking: it is `isend` followed by a wait for the send to complete
+# (`torch/distributed/distributed_c10d.py: send`), and on gloo that happens only once the receiver has posted
+# its `recv`. With every rank inside `send`, nobody reaches `recv`, and the quiz's experiment has to stop
+# the waiting ranks. With `isend` every rank reaches its `recv`, and then its send can complete.
 
 # %% [markdown]
 # ## All-reduce, written with send and recv
@@ -203,14 +208,13 @@ quiz.ask("13-ring-bytes")
 # 2. **all-gather**, N − 1 steps. At step s rank r sends piece (r + 1 − s) mod N, complete, and receives the
 #    complete piece (r − s) mod N straight into its tensor.
 #
-# Every step each rank sends one piece of S / N bytes: 2 (N − 1) pieces, **2(N − 1)/N · S bytes per rank**,
-# the same for every rank.
+# Every step each rank sends one piece of S / N bytes.
 #
 # ### Exercise: a ring all-reduce on real ranks
 # Write `ring_all_reduce_on_ranks(tensor)`, run on every rank, summing `tensor` over all ranks in place with
 # the ring above. In each step start the send with `dist.isend`, receive with `dist.recv`, then wait for the
-# send. The check is the one above, on 2, 3 and 4 ranks, and also requires each rank to send about
-# 2(N − 1)/N · S bytes.
+# send. The check is the one above, on 2, 3 and 4 ranks, and also counts the bytes each rank sends: one piece
+# per step, nothing more.
 
 # %% tags=["solution"]
 def ring_all_reduce_on_ranks(tensor):
@@ -246,18 +250,19 @@ exercises.check("ring_all_reduce_on_ranks", ring_all_reduce_on_ranks)
 # them for the smallest tensor, S = 4,800 bytes, and the other sizes give the same multiples of S:
 
 # %% tags=["reveals-answer"]
-runs = compare.compare(numels=(1_200, 24_000, 480_000), world_sizes=(2, 3, 4))
-print("every result equals dist.all_reduce's:", all(run.correct for run in runs.runs))
-print(runs.bytes_table(4_800))
-print("the same multiples of S for every size:", all(
-    [b / run.nbytes for b in run.sent] == [b / 4_800 for b in runs.find(run.algorithm, run.n, 4_800).sent]
-    for run in runs.runs))
-dataparallel = {n: compare.dataparallel_bytes(n) for n in (2, 3, 4)}
-viz.bytes_per_rank(runs, 4_800, {n: dp["replicate"] / dp["parameters"] for n, dp in dataparallel.items()})
+with quiz.reveal("13-ring-bytes"):
+    runs = compare.compare(numels=(1_200, 24_000, 480_000), world_sizes=(2, 3, 4))
+    print("every result equals dist.all_reduce's:", all(run.correct for run in runs.runs))
+    print(runs.bytes_table(4_800))
+    print("the same multiples of S for every size:", all(
+        [b / run.nbytes for b in run.sent] == [b / 4_800 for b in runs.find(run.algorithm, run.n, 4_800).sent]
+        for run in runs.runs))
+    dataparallel = {n: compare.dataparallel_bytes(n) for n in (2, 3, 4)}
+    display(viz.bytes_per_rank(runs, 4_800, {n: dp["replicate"] / dp["parameters"] for n, dp in dataparallel.items()}))
 
 # %% [markdown]
 # Reduce-then-broadcast costs rank 0 (N − 1) S, growing with every rank; the ring costs every rank
-# 2(N − 1)/N · S, which approaches 2 S and never reaches it. On 2 ranks the two are the same: each rank sends
+# 2 (N − 1) pieces of S / N bytes, 2(N − 1)/N · S, which approaches 2 S and never reaches it. On 2 ranks the two are the same: each rank sends
 # its tensor once.
 #
 # Both algorithms send the same total, 2 (N − 1) S over all ranks (the `total` ending each line): the ring does

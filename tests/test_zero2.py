@@ -149,12 +149,13 @@ def _zero2(reduce_scatter=True, free=True, bucket_numel=100, all_gather=True):
     def train_zero2(model, batches, lr):
         rank, n = dist.get_rank(), dist.get_world_size()
         parameters = list(model.parameters())
+        device = parameters[0].device
         buckets = [[parameters[i] for i in group]
                    for group in zero2.bucket_indices([p.numel() for p in parameters], bucket_numel)]
         pieces = [math.ceil(sum(p.numel() for p in bucket) / n) for bucket in buckets]
 
         def padded(tensors, piece):
-            flat = torch.zeros(n * piece)
+            flat = torch.zeros(n * piece, device=device)
             values = torch.cat([t.reshape(-1) for t in tensors])
             flat[:values.numel()] = values
             return flat
@@ -187,7 +188,7 @@ def _zero2(reduce_scatter=True, free=True, bucket_numel=100, all_gather=True):
             for bucket, shard, piece in zip(buckets, shards, pieces, strict=True):
                 shard.grad = None
                 if all_gather:
-                    flat = torch.empty(n * piece)
+                    flat = torch.empty(n * piece, device=device)
                     dist.all_gather(list(flat.chunk(n)), shard.detach())
                 else:
                     flat = padded([p.detach() for p in bucket], piece)

@@ -268,11 +268,12 @@ def train_zero2(model, batches, lr):
     ### BEGIN SOLUTION
     rank, n = dist.get_rank(), dist.get_world_size()
     parameters = list(model.parameters())
+    device = parameters[0].device  # every tensor a collective moves must be on the rank's device (NCCL: its GPU)
     buckets = [[parameters[i] for i in group] for group in zero2.bucket_indices([p.numel() for p in parameters], 100)]
     pieces = [math.ceil(sum(p.numel() for p in bucket) / n) for bucket in buckets]
 
     def padded(tensors, piece):  # the tensors as one flat vector of n * piece values, zeros at the end
-        flat = torch.zeros(n * piece)
+        flat = torch.zeros(n * piece, device=device)
         values = torch.cat([t.reshape(-1) for t in tensors])
         flat[:values.numel()] = values
         return flat
@@ -298,7 +299,7 @@ def train_zero2(model, batches, lr):
         F.mse_loss(model(x), y).backward()
         optimizer.step()
         for bucket, shard, piece in zip(buckets, shards, pieces):
-            flat = torch.empty(n * piece)
+            flat = torch.empty(n * piece, device=device)
             dist.all_gather(list(flat.chunk(n)), shard.detach())
             with torch.no_grad():
                 start = 0

@@ -53,8 +53,8 @@ What changes on several machines:
 * ``TORCH_DISTRIBUTED_DEBUG=DETAIL`` makes DDP check that all ranks call the same collectives.
 * BatchNorm: each rank normalises with its own shard's statistics (as under DataParallel), and DDP
   broadcasts rank 0's running statistics. ``nn.SyncBatchNorm.convert_sync_batchnorm(model)`` before
-  wrapping computes the statistics over the global batch (an all-reduce inside every forward; GPU only,
-  one GPU per process).
+  wrapping computes the statistics over the global batch (an all-gather inside every forward; GPUs and a
+  few other accelerators, never CPU tensors: ``torch/nn/modules/batchnorm.py: SyncBatchNorm.forward``).
 * The global batch is the per-rank batch times ``WORLD_SIZE``: 16 machines x 8 GPUs x 32 samples is a
   batch of 4096, and learning rates are usually rescaled for it. ``DistributedSampler.set_epoch(epoch)``
   reshuffles the shards each epoch.

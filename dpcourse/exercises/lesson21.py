@@ -15,7 +15,6 @@ from dpcourse.sharded.checkpoint_sharded import rows_to_read
 from dpcourse.sharded.zero_optimizer import greedy_partition
 
 from .check import Case, Exercise
-from .registry import register
 
 # The course's model (sharded.ranks.WIDTHS): 0.weight, 0.bias, 2.weight, 2.bias, 4.weight, 4.bias.
 MODEL_SIZES = [120, 15, 225, 15, 60, 4]
@@ -45,7 +44,7 @@ def _owner_cases() -> list[Case]:
     return cases
 
 
-register(Exercise(
+ZERO_OWNERS = Exercise(
     name="zero_owners",
     task="Write zero_owners(sizes, world_size): the rank whose Adam owns each parameter under "
          "ZeroRedundancyOptimizer, given the parameters' sizes in order. Go from the largest parameter to the "
@@ -62,7 +61,7 @@ register(Exercise(
     ],
     judge=_judge_owners,
     generated=_owner_cases,
-))
+)
 
 
 def _judge_reads(case: Case, answer) -> str | None:
@@ -82,7 +81,7 @@ def _read_cases() -> list[Case]:
             for rows in range(1, 11) for saved in range(1, 5) for world in range(1, 5) for rank in range(world)]
 
 
-register(Exercise(
+ROWS_TO_READ = Exercise(
     name="rows_to_read",
     task="Write rows_to_read(rows, saved_ranks, rank, ranks): loading a tensor of `rows` rows, sharded on dim 0 "
          "by saved_ranks ranks, into rank `rank` of `ranks`, which (saved_rank, first, end) pieces does it read? "
@@ -98,7 +97,7 @@ register(Exercise(
     ],
     judge=_judge_reads,
     generated=_read_cases,
-))
+)
 
 
 def _on_ranks(function, case: Case) -> list[dict]:
@@ -120,7 +119,7 @@ def _judge_training(case: Case, answer: list[dict]) -> str | None:
     return None
 
 
-register(Exercise(
+TRAIN_WITH_FSDP2 = Exercise(
     name="train_with_fsdp2",
     task="Write train_with_fsdp2(model, batches, lr), run on every rank: fully_shard each nn.Linear of the model, "
          "then the model, on init_device_mesh(x.device.type, (dist.get_world_size(),)); train with "
@@ -136,4 +135,6 @@ register(Exercise(
     call=_on_ranks,
     slow=f"starting the ranks and training (a few seconds); ranks that wait for each other are stopped after "
          f"{ranks.TIMEOUT:g} s",
-))
+)
+
+EXERCISES = (TRAIN_WITH_FSDP2, ROWS_TO_READ, ZERO_OWNERS)

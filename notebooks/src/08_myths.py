@@ -44,19 +44,20 @@ quiz.ask("08-not-model-parallel")
 # reports the weight it multiplies by and the rows it got:
 
 # %% tags=["reveals-answer"]
-model = examples.make_model().to(devices[0])
-seen = []
-model[0].register_forward_hook(
-    lambda layer, args, out: seen.append((threading.current_thread().name, list(layer.weight.shape), len(args[0])))
-)
-x, y = examples.make_batch(12, device=devices[0])
-dpcourse.DataParallel(model, devices=dpcourse.devices(3))(x)
-for thread, weight, rows in sorted(seen):
-    print(f"{thread}: weight {weight}, {rows} of the 12 rows")
+with quiz.reveal("08-not-model-parallel"):
+    model = examples.make_model().to(devices[0])
+    seen = []
+    model[0].register_forward_hook(
+        lambda layer, args, out: seen.append((threading.current_thread().name, list(layer.weight.shape), len(args[0])))
+    )
+    x, y = examples.make_batch(12, device=devices[0])
+    dpcourse.DataParallel(model, devices=dpcourse.devices(3))(x)
+    for thread, weight, rows in sorted(seen):
+        print(f"{thread}: weight {weight}, {rows} of the 12 rows")
 
-replicas = dpcourse.replicate(model, dpcourse.devices(3))
-held = [sum(t.nbytes for m in r.modules() for t in vars(m).values() if isinstance(t, torch.Tensor)) for r in replicas]
-print("parameter bytes held by each replica:", held, "| the whole model:", sum(p.nbytes for p in model.parameters()))
+    replicas = dpcourse.replicate(model, dpcourse.devices(3))
+    held = [sum(t.nbytes for m in r.modules() for t in vars(m).values() if isinstance(t, torch.Tensor)) for r in replicas]
+    print("parameter bytes held by each replica:", held, "| the whole model:", sum(p.nbytes for p in model.parameters()))
 
 # %% [markdown]
 # **Correction.** Model parallelism puts different layers on different devices; DataParallel puts *every*
@@ -74,15 +75,16 @@ print("parameter bytes held by each replica:", held, "| the whole model:", sum(p
 quiz.ask("08-padding-fine")
 
 # %% tags=["reveals-answer"]
-from torch.nn.utils.rnn import pad_sequence
+with quiz.reveal("08-padding-fine"):
+    from torch.nn.utils.rnn import pad_sequence
 
-generator = torch.Generator().manual_seed(0)
-padded = pad_sequence([torch.randn(n, 10, generator=generator) for n in (10, 20, 30, 40)], batch_first=True)
-padded = padded.to(devices[0])
-layer = nn.Linear(10, 20).to(devices[0])
-for n in (2, 4):
-    out = dpcourse.DataParallel(layer, devices=dpcourse.devices(n))(padded)
-    print(f"{n} devices: {list(padded.shape)} -> {list(out.shape)}, equal to one device: {torch.allclose(out, layer(padded))}")
+    generator = torch.Generator().manual_seed(0)
+    padded = pad_sequence([torch.randn(n, 10, generator=generator) for n in (10, 20, 30, 40)], batch_first=True)
+    padded = padded.to(devices[0])
+    layer = nn.Linear(10, 20).to(devices[0])
+    for n in (2, 4):
+        out = dpcourse.DataParallel(layer, devices=dpcourse.devices(n))(padded)
+        print(f"{n} devices: {list(padded.shape)} -> {list(out.shape)}, equal to one device: {torch.allclose(out, layer(padded))}")
 
 # %% [markdown]
 # **Correction.** A padded batch is an ordinary rectangular tensor. Scatter slices its rows
@@ -127,8 +129,8 @@ print("same losses as one device:", torch.allclose(torch.tensor(losses), torch.t
 # replica's thread with no timeout (`torch/nn/parallel/parallel_apply.py:136`), so a replica that blocks
 # (a lock, a `queue.get()`, a loop that never ends) holds up the step on any machine (lesson 04 shows one;
 # pytorch/pytorch#8388, #4987). On GPUs it is often a GPU-to-GPU communication problem
-# ([P2P](00_start_here.ipynb#Glossary) copies, [NCCL](00_start_here.ipynb#Glossary); pytorch/pytorch#4241,
-# #10681, and #52142, where a commenter found that `NCCL_P2P_DISABLE=1` helped).
+# ([P2P](00_start_here.ipynb#Glossary) copies, [NCCL](00_start_here.ipynb#Glossary);
+# pytorch/pytorch#4241, #10681, and #52142, where a commenter found that `NCCL_P2P_DISABLE=1` helped).
 
 # %% [markdown]
 # ### "Model weights update as if training on the full batch at once"
@@ -139,11 +141,12 @@ print("same losses as one device:", torch.allclose(torch.tensor(losses), torch.t
 quiz.ask("08-batchnorm-running-mean")
 
 # %% tags=["reveals-answer"]
-halves = torch.cat([torch.zeros(4, 1), torch.full((4, 1), 10.0)])
-one_device, two_devices = nn.BatchNorm1d(1, momentum=1.0), nn.BatchNorm1d(1, momentum=1.0)
-one_device(halves)
-dpcourse.DataParallel(two_devices.to(devices[0]), devices=dpcourse.devices(2))(halves)
-print("running_mean on one device:", one_device.running_mean.item(), "| on 2 devices:", two_devices.running_mean.item())
+with quiz.reveal("08-batchnorm-running-mean"):
+    halves = torch.cat([torch.zeros(4, 1), torch.full((4, 1), 10.0)])
+    one_device, two_devices = nn.BatchNorm1d(1, momentum=1.0), nn.BatchNorm1d(1, momentum=1.0)
+    one_device(halves)
+    dpcourse.DataParallel(two_devices.to(devices[0]), devices=dpcourse.devices(2))(halves)
+    print("running_mean on one device:", one_device.running_mean.item(), "| on 2 devices:", two_devices.running_mean.item())
 
 # %% [markdown]
 # **Correction.** Each replica normalises with its own chunk's statistics, and only replica 0 updates your
@@ -237,13 +240,14 @@ class MyModel(nn.Module):
         return x
 
 
-torch.manual_seed(0)
-model = MyModel().to(devices[0])
-oracle = examples.twin(model)
-inputs = torch.randn(6, 10).to(devices[0])
-dpcourse.DataParallel(model, devices=dpcourse.devices(2))(inputs).pow(2).mean().backward()
-oracle(inputs).pow(2).mean().backward()
-print("MyCustomLayer: gradients equal the one-device oracle's:", examples.max_grad_difference(model, oracle) < 1e-5)
+with quiz.reveal("08-custom-parameter"):
+    torch.manual_seed(0)
+    model = MyModel().to(devices[0])
+    oracle = examples.twin(model)
+    inputs = torch.randn(6, 10).to(devices[0])
+    dpcourse.DataParallel(model, devices=dpcourse.devices(2))(inputs).pow(2).mean().backward()
+    oracle(inputs).pow(2).mean().backward()
+    print("MyCustomLayer: gradients equal the one-device oracle's:", examples.max_grad_difference(model, oracle) < 1e-5)
 
 # %% [markdown]
 # **True, as claimed.** A registered `nn.Parameter` is copied to every replica like `nn.Linear`'s weight,

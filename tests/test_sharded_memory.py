@@ -12,7 +12,7 @@ import math
 import pytest
 
 from dpcourse import memory
-from dpcourse.memory import CATEGORIES, MLP, Setup
+from dpcourse.memory import CATEGORIES, MLP, Setup, sharding
 from dpcourse.sharded.memory import measure_sharded
 
 # 35 rows per hidden layer and 7 classes: no layer splits evenly over 2 or 3 ranks, so the shards are padded.
@@ -79,3 +79,17 @@ def test_measure_sharded_refuses_other_kinds_and_mixed_rank_counts():
 def test_a_stage_without_ddp_buckets_refuses_the_bucket_view():
     with pytest.raises(ValueError, match="bucket_view=True is DDP's gradient_as_bucket_view: kind='ZeRO-3'"):
         Setup(kind="ZeRO-3", devices=2, bucket_view=True)
+
+
+def test_a_shard_is_ceil_rows_over_ranks_rows_and_the_stages_keep_less_and_less():
+    assert sharding.shard_numel((35, 10), 3) == 12 * 10 and sharding.shard_numel((7,), 4) == 2
+    whole = MODEL.parameters * 4
+    for n in (2, 3, 4):
+        totals = [memory.predict(Setup(kind=kind, devices=n, model=MODEL)).totals[0] for kind in ("DDP", *STAGES)]
+        assert totals == sorted(totals, reverse=True) and len(set(totals)) == 4, (n, totals)
+        one = memory.predict(Setup(kind="ZeRO-1", devices=n, model=MODEL)).devices[0]
+        assert one["optimizer state"] == 2 * math.ceil(MODEL.parameters / n) * 4 + 4 * math.ceil(MODEL.tensors / n)
+        three = memory.predict(Setup(kind="ZeRO-3", devices=n, model=MODEL)).devices[0]
+        largest = max(sharding.gathered_layer_bytes(Setup(kind="ZeRO-3", devices=n, model=MODEL)))
+        row_per_tensor = sum(math.prod(shape[1:]) for layer in MODEL.shapes for shape in layer) * 4
+        assert whole / n <= three["parameters"] - largest < whole / n + row_per_tensor  # padding: < a row each

@@ -24,6 +24,7 @@ from torch.profiler import record_function
 
 from ..ddp.allreduce import ring_all_reduce
 from ..ddp.by_source import SourceFunction
+from ..ddp.launcher import device
 from ..ddp.lesson import loss_fn
 from ..ddp.traffic import counted
 from ..memory.accounting import state_tensors, storage_bytes
@@ -154,7 +155,7 @@ def learners(model: nn.Sequential, batches: list, lr: float, gather: SourceFunct
     """
     gather, scatter = _rebuilt(gather), _rebuilt(scatter)
     n, rank = dist.get_world_size(), dist.get_rank()
-    known = known_vector(n)
+    known = known_vector(n).to(device())  # NCCL ranks need their tensors on their GPU
     start, stop = shard_range(known.numel(), rank, n)
     direct = {}
     if gather is not None:
@@ -162,10 +163,11 @@ def learners(model: nn.Sequential, batches: list, lr: float, gather: SourceFunct
     if scatter is not None:
         direct["scattered"] = scatter((rank + 1) * known)
     direct = {k: v.detach().cpu() if isinstance(v, torch.Tensor) else v for k, v in direct.items()}
+    known = known.cpu()
     expected = {"gathered": known, "scattered": (known * (n + 1) / 2)[start:stop]}
     right = all(isinstance(got, torch.Tensor) and got.shape == expected[k].shape and torch.allclose(got, expected[k])
                 for k, got in direct.items())
-    everywhere = torch.tensor(float(right))
+    everywhere = torch.tensor(float(right), device=device())
     dist.all_reduce(everywhere, op=dist.ReduceOp.MIN)  # train on all ranks or on none: a rank left alone would wait
     nothing = [torch.zeros(p.shape) for p in model.parameters()]
     if not everywhere.item():

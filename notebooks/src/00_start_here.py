@@ -183,8 +183,8 @@ from pathlib import Path
 
 with tempfile.TemporaryDirectory() as folder:
     scratch = Path(folder) / "progress.json"
-    # A question of lesson 02: answering one of this lesson's would show its hidden results above.
-    question = quiz.ask("02-ten-rows-four-devices", progress=quiz.Progress(scratch))
+    # A question of lesson 02, not shown: answering one of this lesson's would show its hidden results above.
+    question = quiz.ask(quiz.find_question("02-ten-rows-four-devices"), progress=quiz.Progress(scratch))
     print("after showing the question: file exists =", scratch.exists())
     question.choice.value = question.question.answer
     question.submit_button.click()

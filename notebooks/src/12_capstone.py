@@ -176,10 +176,11 @@ exercises.check("capstone_data_parallel", data_parallel)
 
 # %% [markdown]
 # ## Part III: ZeRO-1 from nothing
-# This part is for after lesson 18, where you wrote each piece of ZeRO-1 with the lesson's help: come back to
-# it once you have done that lesson. Now write the whole of it again, from nothing, in one function.
+# This part is for after lesson 18, where you wrote each piece of [ZeRO](00_start_here.ipynb#Glossary)-1 with
+# the lesson's help: come back to it once you have done that lesson. Now write the whole of it again, from
+# nothing, in one function.
 #
-# `zero1(model, batches, lr)` runs on every rank, with the rank's copy of the model (the same seeded weights
+# `zero1(model, batches, lr)` runs on every [rank](00_start_here.ipynb#Glossary), with the rank's copy of the model (the same seeded weights
 # on every rank) and its `batches`, a list of `(x, y)`, one per step: this rank's share of each step's batch.
 # Train with `torch.optim.Adam(..., lr=lr)` and the loss `F.mse_loss(model(x), y)` and return the final full
 # parameters, in `model.parameters()` order. Each rank's Adam must step only this rank's shard of the flat

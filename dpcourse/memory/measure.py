@@ -27,7 +27,7 @@ from dpcourse.devices import devices as choose_devices
 
 from ..examples import loss_fn
 from .accounting import Breakdown, SavedTensors, device_bytes, state_tensors, storage_bytes
-from .workload import Setup, make_optimizer
+from .workload import SHARDED, Setup, make_optimizer
 
 
 class _Counted(nn.Module):
@@ -185,12 +185,16 @@ def _data_parallel(setup: Setup, devices: list[torch.device]) -> tuple[list[dict
 def measure(setup: Setup) -> Breakdown:
     """Run ``setup`` for real and count its bytes per device and category (see ``dpcourse.memory.accounting``).
 
-    One device and DataParallel run here, on ``dpcourse.devices(n)`` (CPU devices without a GPU). DDP is counted
-    inside each rank's own process: ``dpcourse.ddp.memory.measure_ddp([setup])``.
+    One device and DataParallel run here, on ``dpcourse.devices(n)`` (CPU devices without a GPU). DDP and the ZeRO
+    stages are counted inside each rank's own process: ``dpcourse.ddp.memory.measure_ddp([setup])``,
+    ``dpcourse.sharded.memory.measure_sharded([setup])``.
     """
     if setup.kind == "DDP":
         raise ValueError("DDP's memory is counted in each rank's own process: use "
                          "dpcourse.ddp.memory.measure_ddp([setup]), which starts the ranks.")
+    if setup.kind in SHARDED:
+        raise ValueError(f"{setup.kind}'s memory is counted in each rank's own process: use "
+                         "dpcourse.sharded.memory.measure_sharded([setup]), which starts the ranks.")
     devices = choose_devices(setup.devices)
     if setup.devices == 1:  # DataParallel on one device calls the module itself
         return Breakdown(setup, _one_device(setup, devices[0]), "measured")

@@ -22,7 +22,8 @@ TERMS = ("compute", "python", "replicate", "reduce", "scatter", "allreduce", "ov
 
 
 def workload(params: int, batch: int) -> Workload:
-    """ResNet-50's shape (161 modules, 224 x 224 images) scaled to ``params`` parameters; FLOPs scale with them."""
+    """ResNet-50's shape (``costmodel.resnet50_modules()`` modules, 224 x 224 images) scaled to ``params``
+    parameters; FLOPs scale with them."""
     return dataclasses.replace(EXAMPLE, params=params, batch=batch, flops_per_sample=FLOPS_PER_PARAM * params)
 
 

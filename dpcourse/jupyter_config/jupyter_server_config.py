@@ -7,7 +7,7 @@ page reload), an output of a cell the learner ran names a model that exists nowh
 shows "Error displaying widget: model not found" in its place.
 
 Before the server writes a notebook, ``widgets_for_a_later_visit`` gives each such output, in the file only, the
-sentence a saved course widget shows before its cell runs (``run_this_cell.html``, the wording the build writes
+sentence a saved course widget shows before its cell runs (``run_this_cell.py``, the wording the build writes
 into the saved state, ``dpcourse.widgets._base.RUN_THIS_CELL``), beside its ``text/plain``. The open tab keeps
 its live widgets; the file holds a sentence that is true whenever it is read. Saving the widgets' state instead
 (jupyterlab-manager's ``saveState``) was tried: reopened, the widgets showed "Loading widget..." for good, and
@@ -17,11 +17,12 @@ Jupyter reads this file as configuration (``dpcourse.open`` puts this folder on 
 imports nothing of ``dpcourse``, whose package imports torch: the server starts as fast as without it.
 """
 
+import runpy
 from pathlib import Path
 
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
-RUN_THIS_CELL = (Path(__file__).parent / "run_this_cell.html").read_text(encoding="utf-8")
+RUN_THIS_CELL = runpy.run_path(str(Path(__file__).parent / "run_this_cell.py"))["RUN_THIS_CELL"]
 
 
 def widgets_for_a_later_visit(model: dict, **_: object) -> None:

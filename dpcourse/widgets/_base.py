@@ -8,6 +8,7 @@ notebook checked with nbval would see their captured text as a mismatch.
 
 import functools
 import html
+import runpy
 from collections.abc import Callable, Hashable, Sequence
 from pathlib import Path
 from typing import Any
@@ -27,9 +28,10 @@ CELL_STYLE = "padding: 1px 10px 1px 0; text-align: left"
 # empty until it has something to say).
 NEEDS_KERNEL = "dpcourse-run-this-cell"
 # That sentence, with the style that hides ipywidgets' broken-link icons beside it and lights it up when a control
-# is clicked. A file of its own: the course's server also writes it, on save, where a widget's kernel has gone
-# (jupyter_config/jupyter_server_config.py), and that server must not import this package (torch).
-RUN_THIS_CELL = (Path(__file__).resolve().parents[1] / "jupyter_config" / "run_this_cell.html").read_text("utf-8")
+# is clicked. Read by path from the Jupyter config folder: the course's server also writes it, on save, where a
+# widget's kernel has gone (jupyter_config/jupyter_server_config.py), and that server must not import dpcourse.
+RUN_THIS_CELL: str = runpy.run_path(str(Path(__file__).resolve().parents[1] / "jupyter_config" / "run_this_cell.py"))[
+    "RUN_THIS_CELL"]
 
 
 def show_png(image: widgets.Image, png: bytes, width: str) -> None:

@@ -89,6 +89,9 @@ class Zero2:
 
     def __init__(self, model: nn.Module, lr: float, bucket_bytes: int = BUCKET_BYTES,
                  collectives: str = "torch") -> None:
+        if collectives not in COLLECTIVES:
+            raise ValueError(f"collectives={collectives!r}: choose 'torch' (dist.reduce_scatter and dist.all_gather) "
+                             "or 'ring' (rings.py, written with sends, whose bytes traffic.counted counts).")
         self.rank, self.n = dist.get_rank(), dist.get_world_size()
         self.collectives = COLLECTIVES[collectives]
         parameters = [p for p in model.parameters() if p.requires_grad]

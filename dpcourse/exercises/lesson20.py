@@ -2,7 +2,7 @@
 
 ``zero3_bytes_per_step`` is judged against ``sharded.zero3_measure.bytes_per_step`` on a grid of layer sizes and
 ranks (a test holds that formula to the bytes ``ddp.traffic.counted`` counts on real ranks). ``gather_full`` and
-``shard_of_gradient`` travel to 2 and 3 ranks as their source (``sharded.ranks.train_on_ranks``), are called
+``shard_of_gradient`` travel to 3 ranks as their source (``sharded.ranks.train_on_ranks``), are called
 once on known numbers, then replace the library's collective in ZeRO-3 training, whose weights after 3 steps
 must equal one-device Adam's.
 """
@@ -18,6 +18,8 @@ from dpcourse.sharded.zero1 import shard_range
 from .check import Case, Exercise, first_difference
 from .registry import register
 
+# One case each: a launch of the ranks costs seconds, and 3 ranks give uneven slices of the known vector (14
+# numbers: 5, 5, 4) and of the model's last layer (64 parameters: 22, 22, 20).
 SLOW = f"starting the ranks and training 3 steps (a few seconds; stopped after {ranks.TIMEOUT:g} s)"
 
 
@@ -107,8 +109,8 @@ register(Exercise(
          "numbers and return the whole vector, on every rank. Pad the shard with zeros to ceil(numel / n) numbers "
          "first (an all-gather wants one size from every rank), and cut the padding off afterwards.",
     cases=lambda: [
-        Case("2 ranks", (2,), "pieces = [torch.empty_like(padded) for _ in range(n)]; dist.all_gather(pieces, padded)"),
-        Case("3 ranks", (3,), "torch.cat(pieces)[:numel]: the padding is at the end of the last shards"),
+        Case("3 ranks, uneven slices", (3,), "pieces = [torch.empty_like(padded) for _ in range(n)]; "
+             "dist.all_gather(pieces, padded); then torch.cat(pieces)[:numel]: the padding is at the end"),
     ],
     judge=_judge_gather,
     call=_on_ranks("gather"),
@@ -121,8 +123,8 @@ register(Exercise(
          "gradient averaged over the ranks, with one dist.reduce_scatter of full_grad padded with zeros to "
          "n * ceil(numel / n) numbers, cut into n pieces.",
     cases=lambda: [
-        Case("2 ranks", (2,), "mine = torch.empty(size); dist.reduce_scatter(mine, list(padded.chunk(n)))"),
-        Case("3 ranks", (3,), "the reduce-scatter sums; divide by n, and keep only this rank's stop - start numbers"),
+        Case("3 ranks, uneven slices", (3,), "mine = torch.empty(size); dist.reduce_scatter(mine, "
+             "list(padded.chunk(n))); it sums: divide by n, and keep only this rank's stop - start numbers"),
     ],
     judge=_judge_scatter,
     call=_on_ranks("scatter"),

@@ -187,7 +187,7 @@ exercises.check("zero3_bytes_per_step", zero3_bytes_per_step)
 # %% [markdown]
 # ### Exercise: the all-gather before a layer runs
 # Write `gather_full(shard, numel)`, run on every rank: every rank's slice of a vector of `numel` numbers in, the
-# whole vector out, on every rank. The check sends it to 2 and 3 ranks as its source (lesson 13), calls it on
+# whole vector out, on every rank. The check sends it to 3 ranks as its source (lesson 13), calls it on
 # known numbers, then trains ZeRO-3 with it in place of the library's all-gather and compares the weights with
 # one device.
 

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import nbformat
+from lab_server import LabServer
 from playwright.sync_api import Browser, BrowserContext, Locator, Page
 
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
@@ -100,9 +101,9 @@ def stored_widget_views(path: Path) -> dict[int, int]:
     return counts
 
 
-def in_a_new_context(browser: Browser, server: object, path: str) -> tuple[BrowserContext, "LabNotebook"]:
+def in_a_new_context(browser: Browser, server: LabServer, path: str) -> tuple[BrowserContext, "LabNotebook"]:
     """A new browser context (nothing kept from earlier pages) and, in a page of it, the notebook at ``path`` of
-    ``server`` (a ``lab_server.LabServer``), not opened yet. Close the context afterwards."""
+    ``server``, not opened yet. Close the context afterwards."""
     context = browser.new_context(viewport={"width": 1280, "height": 900})
     page = context.new_page()
     page.set_default_timeout(60_000)

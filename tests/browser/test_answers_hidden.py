@@ -17,7 +17,7 @@ import jupytext
 import nbformat
 import pytest
 from browser_setup import ARTIFACTS, TIMINGS
-from lab_notebook import PANEL, LabNotebook
+from lab_notebook import PANEL, LabNotebook, stored_widget_views
 from playwright.sync_api import Page, expect
 from test_first_open import CourseLab
 
@@ -33,9 +33,11 @@ RUN_TIMEOUT_S = 120
 WAIT_MS = 30_000
 # What the cells' outputs show, as a person reads them: innerText leaves out what is hidden (display: none), but
 # only when asked of a shown element, so of each cell's own output area, not of one nested in an Output widget.
+# A quiz's own output is left out: its options name the right answer among the wrong ones.
 OUTPUT_TEXT = PANEL + """
 return Array.from(panel.content.node.querySelectorAll('.jp-Cell .jp-OutputArea'))
-  .filter(area => area.parentElement.closest('.jp-OutputArea') === null).map(area => area.innerText).join('\\n');
+  .filter(area => area.parentElement.closest('.jp-OutputArea') === null).map(area => area.innerText)
+  .filter(text => !/^Question \\d\\d-[\\w.-]+\\s/.test(text.trim())).join('\\n');
 """
 WAITING = PLACEHOLDER.split(" quiz")[0]  # "The result appears here once you answer the": one or several quizzes
 ANSWERS = {"number": "1", "shape": "(1,)"}  # any answer reveals: these are read as answers, right or wrong
@@ -74,7 +76,8 @@ def clues_in(lesson: str, index: int) -> list[str]:
 
 def shown_clues(lesson: LabNotebook, name: str) -> list[str]:
     text = lesson.evaluate(OUTPUT_TEXT)
-    return [f"{clue!r} ({question})" for question in questions_of(name) for clue in CLUES[question] if clue in text]
+    clues = [(question, clue) for question in questions_of(name) for clue in CLUES.get(question, ())]
+    return [f"{clue!r} ({question})" for question, clue in clues if clue in text]
 
 
 def answer(page: Page, question: str) -> None:
@@ -106,6 +109,8 @@ def test_no_answer_is_visible_before_the_quiz_is_answered(name: str, learners_la
     try:
         start = time.monotonic()
         lesson.open()
+        unrendered = lesson.wait_for_widget_views(stored_widget_views(learners_lab.root_dir / path))
+        assert not unrendered, f"{path}, first open: saved widgets did not render:\n" + "\n".join(unrendered)
         assert not shown_clues(lesson, name), f"{path}, first open: answers visible: {shown_clues(lesson, name)}"
         TIMINGS[f"{name} (Run All, answers hidden)"] = lesson.run_all(RUN_TIMEOUT_S)
         problems = lesson.problems()

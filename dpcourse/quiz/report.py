@@ -9,6 +9,7 @@ import ipywidgets as widgets
 
 from ..course import LESSONS as COURSE
 from ..progress import Progress, Snapshot
+from ..widgets._base import NEEDS_KERNEL
 from .bank import all_questions
 from .schema import Question
 
@@ -91,6 +92,7 @@ class ProgressSummary(widgets.VBox):
         self.progress = progress or Progress()
         self.table = widgets.HTML()
         self.note = widgets.HTML()
+        self.note.add_class(NEEDS_KERNEL)  # before the cell runs, the saved state says to run it (notebooks/build.py)
         self.refresh_button = widgets.Button(description="Refresh", icon="refresh")
         self.refresh_button.on_click(lambda _: self.refresh())
         self.counts: dict[str, LessonCounts] = {}

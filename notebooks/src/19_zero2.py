@@ -199,10 +199,10 @@ quiz.ask("19-wire-bytes")
 
 # %% [markdown]
 # gloo runs `dist.all_reduce`, `dist.reduce_scatter` and `dist.all_gather` inside the backend, where
-# `traffic.counted` cannot see what they send. So `compare` trained every program a second time with the three
-# replaced by rings written with `dist.isend` and `dist.recv` (`zero2_measure.ring_collectives`: lesson 13's
-# `ring_all_reduce` and the two halves in `dpcourse/sharded/rings.py`); same arithmetic, and now every byte a
-# rank sends is counted. Per step, rank by rank:
+# `traffic.counted` cannot see what they send. So `compare` also trained every program for one step with the
+# three replaced by rings written with `dist.isend` and `dist.recv` (`zero2_measure.ring_collectives`: lesson
+# 13's `ring_all_reduce` and the two halves in `dpcourse/sharded/rings.py`); same arithmetic, and now every byte
+# a rank sends is counted. Every step sends the same. Per step, rank by rank:
 
 # %% tags=["reveals-answer"]
 with quiz.reveal("19-wire-bytes"):

@@ -127,9 +127,9 @@ TRAIN_WITH_FSDP2 = Exercise(
          "'parameters', the full parameters (p.full_tensor()), and 'types', the type names of the parameters while "
          "sharded.",
     cases=lambda: [
-        Case("2 ranks, 3 steps", (2,), "build the optimizer after fully_shard: it must hold the DTensor parameters"),
         Case("3 ranks, 3 steps (rank 2 holds no row of 4.weight)", (3,),
-             "each rank's loss is the mean over its own samples; FSDP2 averages the gradients over the ranks"),
+             "build the optimizer after fully_shard, from the DTensor parameters; each rank's loss is the mean "
+             "over its own samples, and FSDP2 averages the gradients over the ranks"),
     ],
     judge=_judge_training,
     call=_on_ranks,

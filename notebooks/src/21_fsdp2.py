@@ -140,9 +140,9 @@ for part, label in (("fsdp2", "FSDP2, one unit per Linear"), ("kept", "FSDP2, re
 # each `nn.Linear` of `model` and then the model with `fully_shard` on a one-dimensional mesh of all the ranks
 # (`init_device_mesh(x.device.type, (dist.get_world_size(),))`), record the parameters' type names, train with
 # `torch.optim.Adam(lr=lr)`, one step per batch, loss `F.mse_loss(model(x), y)`, and return
-# `{"parameters": [p.full_tensor() for p in model.parameters()], "types": types}`. The check runs it on 2 and
-# on 3 ranks (`ranks.train_on_ranks`, the function travels as its source as in lesson 13) and compares with
-# one-device Adam.
+# `{"parameters": [p.full_tensor() for p in model.parameters()], "types": types}`. The check runs it on 3 ranks
+# (`ranks.train_on_ranks`, the function travels as its source as in lesson 13) and compares with one-device
+# Adam.
 
 # %% tags=["solution"]
 def train_with_fsdp2(model, batches, lr):

@@ -33,11 +33,11 @@ RUN_TIMEOUT_S = 120
 WAIT_MS = 30_000
 # What the cells' outputs show, as a person reads them: innerText leaves out what is hidden (display: none), but
 # only when asked of a shown element, so of each cell's own output area, not of one nested in an Output widget.
-# A quiz's own output is left out: its options name the right answer among the wrong ones.
+# A quiz's own output (after its prompt, "[12]:") is left out: its options name the right answer among the others.
 OUTPUT_TEXT = PANEL + """
 return Array.from(panel.content.node.querySelectorAll('.jp-Cell .jp-OutputArea'))
   .filter(area => area.parentElement.closest('.jp-OutputArea') === null).map(area => area.innerText)
-  .filter(text => !/^Question \\d\\d-[\\w.-]+\\s/.test(text.trim())).join('\\n');
+  .filter(text => !/^(\\[[ \\d]*\\]:)?\\s*Question \\d\\d-[\\w.-]+\\s/.test(text.trim())).join('\\n');
 """
 WAITING = PLACEHOLDER.split(" quiz")[0]  # "The result appears here once you answer the": one or several quizzes
 ANSWERS = {"number": "1", "shape": "(1,)"}  # any answer reveals: these are read as answers, right or wrong

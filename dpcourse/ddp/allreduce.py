@@ -22,7 +22,7 @@ import torch.distributed as dist
 from torch.distributed import ProcessGroup
 
 
-def _exchange(outgoing: torch.Tensor, incoming: torch.Tensor, right: int, left: int,
+def exchange(outgoing: torch.Tensor, incoming: torch.Tensor, right: int, left: int,
               group: ProcessGroup | None) -> None:
     """Send ``outgoing`` to the rank on the right while receiving ``incoming`` from the one on the left."""
     request = dist.isend(outgoing, group=group, group_dst=right)
@@ -38,10 +38,10 @@ def ring_all_reduce(tensor: torch.Tensor, group: ProcessGroup | None = None) -> 
     for step in range(n - 1):  # reduce-scatter: afterwards piece (rank + 1) % n here is the full sum
         arriving = pieces[(rank - step - 1) % n]
         incoming = torch.empty_like(arriving)
-        _exchange(pieces[(rank - step) % n], incoming, right, left, group)
+        exchange(pieces[(rank - step) % n], incoming, right, left, group)
         arriving += incoming
     for step in range(n - 1):  # all-gather: pass the finished pieces on, overwriting the partial sums
-        _exchange(pieces[(rank + 1 - step) % n], pieces[(rank - step) % n], right, left, group)
+        exchange(pieces[(rank + 1 - step) % n], pieces[(rank - step) % n], right, left, group)
 
 
 def reduce_then_broadcast(tensor: torch.Tensor, group: ProcessGroup | None = None) -> None:

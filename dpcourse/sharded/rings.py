@@ -17,7 +17,7 @@ all-gathers and one reduce-scatter per layer send ``3 (n - 1)``: 1.5 times as ma
 import torch
 import torch.distributed as dist
 
-from ..ddp.allreduce import _exchange
+from ..ddp.allreduce import exchange
 
 
 def all_gather(pieces: list[torch.Tensor], mine: torch.Tensor) -> None:
@@ -26,7 +26,7 @@ def all_gather(pieces: list[torch.Tensor], mine: torch.Tensor) -> None:
     right, left = (rank + 1) % n, (rank - 1) % n
     pieces[rank].copy_(mine)
     for step in range(n - 1):  # pass on the piece that arrived last step: after n - 1 steps all have arrived
-        _exchange(pieces[(rank - step) % n], pieces[(rank - step - 1) % n], right, left, None)
+        exchange(pieces[(rank - step) % n], pieces[(rank - step - 1) % n], right, left, None)
 
 
 def reduce_scatter(out: torch.Tensor, pieces: list[torch.Tensor]) -> None:
@@ -36,6 +36,6 @@ def reduce_scatter(out: torch.Tensor, pieces: list[torch.Tensor]) -> None:
     for step in range(n - 1):  # lesson 13's reduce-scatter phase, one piece earlier: it ends on piece ``rank``
         arriving = pieces[(rank - step - 2) % n]
         incoming = torch.empty_like(arriving)
-        _exchange(pieces[(rank - step - 1) % n], incoming, right, left, None)
+        exchange(pieces[(rank - step - 1) % n], incoming, right, left, None)
         arriving += incoming
     out.copy_(pieces[rank])

@@ -23,7 +23,7 @@ from torch.distributed import ProcessGroup
 
 
 def exchange(outgoing: torch.Tensor, incoming: torch.Tensor, right: int, left: int,
-              group: ProcessGroup | None) -> None:
+             group: ProcessGroup | None) -> None:
     """Send ``outgoing`` to the rank on the right while receiving ``incoming`` from the one on the left."""
     request = dist.isend(outgoing, group=group, group_dst=right)
     dist.recv(incoming, group=group, group_src=left)

@@ -104,6 +104,21 @@ CLUES: dict[str, tuple[str, ...]] = {
     "17-uneven-no-join": ("Timed out waiting",),
     "17-unused-parameter": ("Expected to have finished reduction in the prior iteration",),
     "17-global-variance": ("'variance': 2.0",),
+    # Part III (lessons 18-21): one clue each, from the outputs of their reveals as first built.
+    "18-ddp-state-copies": ("bytes per rank, 2 copies",),
+    "18-unpadded-all-gather": ("invalid tensor size at index 3",),
+    "18-sum-not-mean": ("the weights differ from one-device Adam's: True",),
+    "19-reduce-scatter-when": ("predicted: [3, 1, 0] | measured the same on every rank",),
+    "19-gradient-bytes": ("ZeRO-2    2,300 |",),
+    "19-wire-bytes": ("ZeRO-2  2,640, 2,640, 2,640, 2,640",),
+    "20-after-forward": ("after the forward: [0, 0, 0, 0, 0]",),
+    "20-bytes-vs-ddp": ("1.500 x DDP's",),
+    "20-prefetch-peak": ("with prefetch)",),
+    "21-empty-shard": ("(2, 15)   (0, 15)",),
+    "21-reshard-gathers": ("backward: AG AG RS AG RS RS",),
+    "21-mixed-precision": ("weight inside the forward  bfloat16",),
+    "21-load-elsewhere": ("every parameter equals the 3-rank run's after its step 4",),
+    "21-zero-owners": ("rank 0: Adam over ['2.weight']",),
 }
 
 

@@ -16,7 +16,9 @@ from dpcourse.exercises.check import FAILED, PASSED
 from dpcourse.quiz import run_experiment
 from dpcourse.quiz.bank import load_lesson
 from dpcourse.sharded import ranks, zero1, zero2, zero2_measure
+from dpcourse.viz.zero2 import gradient_bytes
 from tests.test_exercises import SOLUTIONS
+from tests.test_figure_layout import problems
 
 pytestmark = pytest.mark.lesson19
 
@@ -95,6 +97,15 @@ def test_post_accumulate_grad_hooks_run_in_the_order_they_were_registered():
     weight.register_post_accumulate_grad_hook(lambda p: setattr(p, "grad", None) or order.append(("second", True)))
     (weight * 2).sum().backward()
     assert order == [("first", True), ("second", True)] and weight.grad is None
+
+
+def test_the_gradient_bytes_figure_is_readable_for_both_models():
+    compared = zero2_measure.compare(2)
+    for runs in (compared.runs[0], compared.deep[0]):
+        shown = {name: run for name, run in runs.items() if "held_at_hooks" in run}
+        assert list(shown) == ["DDP", "ZeRO-2"]
+        assert problems(gradient_bytes(shown, "Rank 0's gradients during the first backward, the deeper model, "
+                                              "2 ranks")) == []
 
 
 # The quiz: each experiment measures the keyed answer, and another answer in a planted world.

@@ -129,8 +129,10 @@ def test_no_answer_is_visible_before_the_quiz_is_answered(name: str, learners_la
                 show.click()
                 expect_revealed(lesson, name, other)
         TIMINGS[f"{name} (answers hidden, whole test)"] = time.monotonic() - start
-    finally:
+    except BaseException:  # a picture of what the learner would see; only then (a tall page takes seconds)
         lesson.screenshot(ARTIFACTS / f"answers_hidden_{name}.png")
+        raise
+    finally:
         learners_lab.shutdown_kernels(path)
         context.close()
 

@@ -15,6 +15,8 @@ exercise                    what the learner's code must do
 ``capstone_gather``         concatenate the outputs in replica order
 ``capstone_data_parallel``  all of it: outputs, gradients, BatchNorm statistics and rows per replica equal
                             to ``dpcourse.DataParallel``'s
+``capstone_zero1``          Part III, after lesson 18: a whole ZeRO-1 training step on real ranks (all-reduce,
+                            Adam on this rank's shard, all-gather), the same weights as one-device Adam
 ==========================  =============================================================================
 """
 
@@ -28,7 +30,6 @@ from torch import nn
 from dpcourse.data_parallel import DataParallel
 
 from .check import Case, Exercise, equals, first_difference
-from .registry import register
 
 
 def _count(n: int, word: str) -> str:
@@ -39,7 +40,7 @@ def _rows(batch: int, features: int = 3) -> torch.Tensor:
     return torch.arange(batch * features, dtype=torch.float32).reshape(batch, features)
 
 
-register(Exercise(
+CAPSTONE_SCATTER = Exercise(
     "capstone_scatter",
     "Write scatter(x, n): the chunks of x for n replicas, by torch.chunk's rule.",
     lambda: [Case(f"{b} rows, {_count(n, 'device')}", (_rows(b), n), hint) for b, n, hint in [
@@ -48,7 +49,7 @@ register(Exercise(
         (3, 1, "one device gets the whole batch"),
     ]],
     equals(lambda x, n: list(x.chunk(n))),
-))
+)
 
 
 def _judge_broadcast(case: Case, outputs: Any) -> str | None:
@@ -71,7 +72,7 @@ def _judge_broadcast(case: Case, outputs: Any) -> str | None:
     return None
 
 
-register(Exercise(
+CAPSTONE_BROADCAST = Exercise(
     "capstone_broadcast",
     "Write Broadcast, an autograd Function: forward(ctx, n, *tensors) returns n copies (replica 0: the tensors "
     "themselves), backward sums the replicas' gradients.",
@@ -82,7 +83,7 @@ register(Exercise(
         (3, "sum, do not average: each copy's gradient counts once"),
     ]],
     _judge_broadcast,
-))
+)
 
 
 def _judge_replicate(case: Case, replicas: Any) -> str | None:
@@ -176,29 +177,29 @@ def _parallel_apply_cases() -> list[Case]:
     return cases
 
 
-register(Exercise(
+CAPSTONE_PARALLEL_APPLY = Exercise(
     "capstone_parallel_apply",
     "Write parallel_apply(functions, inputs): functions[i](inputs[i]) in a new thread each, outputs in order; "
     "a replica's exception raised again in the caller.",
     _parallel_apply_cases,
     _judge_parallel_apply,
     _call_parallel_apply,
-))
+)
 
-register(Exercise(
+CAPSTONE_REPLICATE = Exercise(
     "capstone_replicate",
     "Write replicate(module, copies): one shallow copy of the module tree per entry of copies, using its tensors.",
     _replicate_cases,
     _judge_replicate,
-))
+)
 
-register(Exercise(
+CAPSTONE_GATHER = Exercise(
     "capstone_gather",
     "Write gather(outputs): concatenate the replicas' outputs along dim 0, in replica order.",
     lambda: [Case(_count(len(sizes), "output"), ([_rows(b) + i for i, b in enumerate(sizes)],), "replica 0 first")
              for sizes in [(3, 3, 3, 1), (2,), (4, 2)]],
     equals(lambda outputs: torch.cat(outputs)),
-))
+)
 
 
 class CapstoneModel(nn.Module):
@@ -277,13 +278,13 @@ def _data_parallel_cases() -> list[Case]:
     return cases
 
 
-register(Exercise(
+CAPSTONE_DATA_PARALLEL = Exercise(
     "capstone_data_parallel",
     "Write data_parallel(module, x, n) from your scatter, Broadcast, parallel_apply and gather: output, "
     "gradients and BatchNorm statistics as dpcourse.DataParallel's.",
     _data_parallel_cases,
     _judge_data_parallel,
-))
+)
 
 
 # Part III: ZeRO-1 from nothing. The learner's training program runs on 2, 3 and 4 real ranks and is judged as
@@ -301,7 +302,7 @@ def _zero1_cases() -> list[Case]:
             for n, steps, lr, seed, hint in settings]
 
 
-register(Exercise(
+CAPSTONE_ZERO1 = Exercise(
     "capstone_zero1",
     "Write zero1(model, batches, lr), run on every rank: ZeRO-1 training with torch.optim.Adam and F.mse_loss, "
     "each rank's Adam over its own shard of the flat parameters; return the final full parameters.",
@@ -309,4 +310,7 @@ register(Exercise(
     same_weights_and_sharded_state,
     train_each_case,
     slow=SLOW,
-))
+)
+
+EXERCISES = (CAPSTONE_SCATTER, CAPSTONE_BROADCAST, CAPSTONE_PARALLEL_APPLY, CAPSTONE_REPLICATE, CAPSTONE_GATHER,
+             CAPSTONE_DATA_PARALLEL, CAPSTONE_ZERO1)

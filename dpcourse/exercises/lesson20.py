@@ -16,7 +16,6 @@ from dpcourse.sharded import ranks, zero3_measure
 from dpcourse.sharded.zero1 import shard_range
 
 from .check import Case, Exercise, first_difference
-from .registry import register
 
 # One case each: a launch of the ranks costs seconds, and 3 ranks give uneven slices of the known vector (14
 # numbers: 5, 5, 4) and of the model's last layer (64 parameters: 22, 22, 20).
@@ -38,7 +37,7 @@ def _judge_bytes(case: Case, answer) -> str | None:
     return None
 
 
-register(Exercise(
+ZERO3_BYTES_PER_STEP = Exercise(
     name="zero3_bytes_per_step",
     task="Write zero3_bytes_per_step(numels, world_size, reshard): the bytes one rank sends in one ZeRO-3 step "
          "with ring collectives, for float32 layers of numels[i] parameters each: per layer an all-gather before "
@@ -48,7 +47,7 @@ register(Exercise(
     judge=_judge_bytes,
     generated=lambda: _bytes_cases([(numels, n, reshard) for numels, n, reshard in itertools.product(
         [(1,), (5, 3), (10, 11, 12), (135, 240, 64), (2295, 65280, 1024)], [1, 2, 3, 4, 5, 8], [True, False])]),
-))
+)
 
 
 def _on_ranks(role: str):
@@ -103,7 +102,7 @@ def _judge_scatter(case: Case, answer: list[dict]) -> str | None:
     return _trained(case, answer)
 
 
-register(Exercise(
+GATHER_FULL = Exercise(
     name="gather_full",
     task="Write gather_full(shard, numel), run on every rank: all-gather every rank's shard of a vector of numel "
          "numbers and return the whole vector, on every rank. Pad the shard with zeros to ceil(numel / n) numbers "
@@ -115,9 +114,9 @@ register(Exercise(
     judge=_judge_gather,
     call=_on_ranks("gather"),
     slow=SLOW,
-))
+)
 
-register(Exercise(
+SHARD_OF_GRADIENT = Exercise(
     name="shard_of_gradient",
     task="Write shard_of_gradient(full_grad), run on every rank: this rank's slice (zero1.shard_range) of the "
          "gradient averaged over the ranks, with one dist.reduce_scatter of full_grad padded with zeros to "
@@ -129,4 +128,6 @@ register(Exercise(
     judge=_judge_scatter,
     call=_on_ranks("scatter"),
     slow=SLOW,
-))
+)
+
+EXERCISES = (ZERO3_BYTES_PER_STEP, GATHER_FULL, SHARD_OF_GRADIENT)

@@ -22,6 +22,7 @@ from dpcourse.ddp.compression import Compression
 from dpcourse.ddp.sampling import SETUPS, rank_orders
 from dpcourse.memory import MLP, Setup
 from dpcourse.quiz import EXPERIMENTS, run_experiment
+from dpcourse.sharded import ranks, zero3_measure
 from dpcourse.viz import png, redraw
 from dpcourse.viz.gallery import FIGURES as GALLERY
 from dpcourse.viz.gallery import example_trace
@@ -68,6 +69,9 @@ CASES = {
         memory.predict(Setup(model=MLP(width=4096, classes=128000))),
         memory.predict(Setup(kind="DataParallel", devices=8, model=MLP(width=4096, classes=128000))),
         memory.predict(Setup(kind="DDP", devices=8, model=MLP(width=4096, classes=128000)))]),
+    "shard_layout-lesson18": lambda: viz.shard_layout(
+        [(name, p.numel()) for name, p in examples.mlp((8, 15, 15, 4)).named_parameters()], 4),
+    "zero3_memory-lesson20": lambda: viz.zero3_memory(zero3_measure.measure(2, widths=ranks.WIDTHS)[0]["ways"]),
     "sampler_coverage-lesson17": lambda: viz.sampler_coverage(12, {
         setup: [rank_orders(setup, 12, 2, rank=r, world=2) for r in range(2)] for setup in SETUPS}),
     "uneven_steps-lesson17": lambda: viz.uneven_steps(

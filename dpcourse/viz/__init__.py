@@ -16,7 +16,10 @@ from .memory import memory_bars, memory_timeline
 from .precision import autocast_threads, compression_error, loss_scale
 from .replicate import replicate_map
 from .scaling import measure_scaling, scaling
+from .shards import shard_layout
 from .timeline import timeline
+from .zero2 import gradient_bytes
+from .zero3 import zero3_memory
 
 __all__ = [
     "accumulation_timeline",
@@ -27,6 +30,7 @@ __all__ = [
     "collective",
     "compression_error",
     "gather_view",
+    "gradient_bytes",
     "gradient_sum",
     "loss_scale",
     "measure_scaling",
@@ -38,6 +42,8 @@ __all__ = [
     "replicate_map",
     "sampler_coverage",
     "scaling",
+    "shard_layout",
     "timeline",
     "uneven_steps",
+    "zero3_memory",
 ]

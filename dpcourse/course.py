@@ -112,7 +112,11 @@ class LessonRegistry(Mapping[str, T], Generic[T]):
                 module_name = self._module_of(course_lesson)
                 if module_name is None:
                     continue
-                for item in getattr(importlib.import_module(module_name), self._attribute, ()):  # TODO strict
+                module = importlib.import_module(module_name)
+                if not hasattr(module, self._attribute):
+                    raise AttributeError(f"{module_name} must end with {self._attribute} = (...), the {self._kind}s "
+                                         f"of lesson {course_lesson.name}.")
+                for item in getattr(module, self._attribute):
                     name = self._name_of(item)
                     if name in items:
                         raise ValueError(f"Two {self._kind}s are called {name!r}: one in lesson "

@@ -71,6 +71,10 @@ CASES = {
         memory.predict(Setup(kind="DDP", devices=8, model=MLP(width=4096, classes=128000)))]),
     "shard_layout-lesson18": lambda: viz.shard_layout(
         [(name, p.numel()) for name, p in examples.mlp((8, 15, 15, 4)).named_parameters()], 4),
+    "gradient_bytes-lesson19": lambda: viz.gradient_bytes({
+        "DDP": {"held_at_hooks": [16, 256, 316, 1216, 1276, 1756], "after_backward": 1756},
+        "ZeRO-2": {"held_at_hooks": [336, 560, 380, 1940, 1100, 1280], "after_backward": 440}},
+        "Rank 0's gradients during backward"),
     "zero3_memory-lesson20": lambda: viz.zero3_memory(zero3_measure.measure(2, widths=ranks.WIDTHS)[0]["ways"]),
     "sampler_coverage-lesson17": lambda: viz.sampler_coverage(12, {
         setup: [rank_orders(setup, 12, 2, rank=r, world=2) for r in range(2)] for setup in SETUPS}),

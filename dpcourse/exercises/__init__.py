@@ -13,6 +13,6 @@ nbgrader uses, so an instructor can also release the lessons through nbgrader.
 """
 
 from .check import Case, Exercise, Report, first_difference, run
-from .registry import EXERCISES, check, register
+from .registry import EXERCISES, check
 
-__all__ = ["EXERCISES", "Case", "Exercise", "Report", "check", "first_difference", "register", "run"]
+__all__ = ["EXERCISES", "Case", "Exercise", "Report", "check", "first_difference", "run"]

@@ -14,7 +14,6 @@ import random
 from dpcourse.sharded import ranks, zero2, zero2_check
 
 from .check import Case, Exercise
-from .registry import register
 
 SLOW = (f"starting the ranks and training (a few seconds); ranks that wait for each other are stopped after "
         f"{ranks.TIMEOUT:g} s")
@@ -55,7 +54,7 @@ def _judge_schedule(case: Case, answer) -> str | None:
             "parameters before its first one have no gradient yet")
 
 
-register(Exercise(
+REDUCE_SCATTER_SCHEDULE = Exercise(
     name="reduce_scatter_schedule",
     task="Write reduce_scatter_schedule(numels, bucket_numel): the buckets of parameter indices in the order "
          "ZeRO-2 reduce-scatters them, each with the number of gradients backward has still to produce when it "
@@ -71,7 +70,7 @@ register(Exercise(
     judge=_judge_schedule,
     generated=lambda: [Case(f"parameters of {numels} values, buckets of {bucket_numel}", (numels, bucket_numel))
                        for numels, bucket_numel in itertools.product(_random_sizes(20, 19), (1, 50, 100, 250, 10**4))],
-))
+)
 
 
 def bytes_per_step(bucket_numels: list[int], world_size: int) -> int:
@@ -91,7 +90,7 @@ def _judge_bytes(case: Case, answer) -> str | None:
             f"sending n - 1 = {world_size - 1} pieces of ceil(numel / n) float32 values (the padded piece size)")
 
 
-register(Exercise(
+ZERO2_BYTES_PER_STEP = Exercise(
     name="zero2_bytes_per_step",
     task="Write zero2_bytes_per_step(bucket_numels, world_size): the bytes one rank sends in one ZeRO-2 step, "
          "float32, when the reduce-scatter of each bucket's gradients and the all-gather of its parameters are "
@@ -105,14 +104,14 @@ register(Exercise(
     judge=_judge_bytes,
     generated=lambda: [Case(f"buckets of {numels} values on {n} ranks", (numels, n))
                        for numels, n in itertools.product(_random_sizes(12, 20), range(1, 7))],
-))
+)
 
 
 def _train(function, case: Case) -> list[dict]:
     return zero2_check.train_learners(function, case.args[0], **case.context["training"])
 
 
-register(Exercise(
+TRAIN_ZERO2 = Exercise(
     name="train_zero2",
     task="Write train_zero2(model, batches, lr), run on every rank: ZeRO-2 training with torch.optim.Adam. Put "
          "a hook on every parameter (register_post_accumulate_grad_hook); when a bucket's last gradient has "
@@ -130,4 +129,6 @@ register(Exercise(
     judge=zero2_check.judge,
     call=_train,
     slow=SLOW,
-))
+)
+
+EXERCISES = (REDUCE_SCATTER_SCHEDULE, ZERO2_BYTES_PER_STEP, TRAIN_ZERO2)

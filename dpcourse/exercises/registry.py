@@ -5,7 +5,6 @@ Each lesson's exercises module (``dpcourse.course``: ``lesson.exercises_module``
 by a ``course.LessonRegistry`` the first time one is looked up.
 """
 
-import sys
 from collections.abc import Callable
 
 from ..course import LessonRegistry
@@ -14,14 +13,6 @@ from .check import NOT_ATTEMPTED, Exercise, Report, run
 
 EXERCISES: LessonRegistry[Exercise] = LessonRegistry(
     "EXERCISES", lambda lesson: lesson.exercises_module, lambda exercise: exercise.name, "exercise")
-
-
-def register(exercise: Exercise) -> Exercise:
-    """Add ``exercise`` to its module's ``EXERCISES`` (for modules not yet ending with the tuple)."""
-    module = sys.modules[exercise.cases.__module__]
-    module.__dict__.setdefault("EXERCISES", [])
-    module.EXERCISES = [*module.EXERCISES, exercise]
-    return exercise
 
 
 def check(name: str, function: Callable) -> Report:

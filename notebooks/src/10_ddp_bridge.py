@@ -445,7 +445,8 @@ widgets.CostModelCalculator()
 #   `torch.nn.SyncBatchNorm.convert_sync_batchnorm(model)`, before wrapping, computes them over the global
 #   batch: every forward all-gathers each rank's mean, inverse standard deviation and count, and every
 #   backward all-reduces two sums of the gradient (`torch/nn/modules/_functions.py: SyncBatchNorm`). It
-#   runs on GPUs only: in training under a process group it refuses CPU tensors.
+#   runs on GPUs (and a few other accelerators), never on CPU tensors: in training under a process group it
+#   refuses them (`torch/nn/modules/batchnorm.py: SyncBatchNorm.forward`; lesson 17 runs one written for the CPU).
 # - **Data.** The global batch is the per-rank batch times `WORLD_SIZE`: 16 ranks × 32 samples make 512,
 #   and the learning rate usually has to be rescaled for it. Call `sampler.set_epoch(epoch)` on the
 #   `DistributedSampler` at the start of every epoch, or every epoch reuses the first epoch's shuffle.

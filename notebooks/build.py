@@ -53,7 +53,7 @@ from nbclient import NotebookClient
 
 from dpcourse import course
 from dpcourse.open import kernel_metadata
-from dpcourse.widgets._base import NEEDS_KERNEL, RUN_THIS_CELL
+from dpcourse.ui.controls import NEEDS_KERNEL, RUN_THIS_CELL
 
 HERE = Path(__file__).parent
 LESSON_ENVIRONMENT = runpy.run_path(str(HERE / "conftest.py"))["LESSON_ENVIRONMENT"]  # CPU devices

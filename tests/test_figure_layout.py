@@ -23,7 +23,7 @@ from dpcourse.ddp.sampling import SETUPS, rank_orders
 from dpcourse.memory import MLP, Setup
 from dpcourse.quiz import EXPERIMENTS, run_experiment
 from dpcourse.sharded import ranks, zero3_measure
-from dpcourse.viz import png, redraw
+from dpcourse.ui import png, redraw
 from dpcourse.viz.gallery import FIGURES as GALLERY
 from dpcourse.viz.gallery import example_trace
 from dpcourse.viz.timeline_canvas import TimelineCanvas

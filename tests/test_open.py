@@ -172,7 +172,7 @@ def notebook_with_widgets(saved: str, ran: str) -> nbformat.NotebookNode:
 def test_the_server_saves_a_widget_whose_model_is_gone_as_the_run_this_cell_sentence(tmp_path: Path) -> None:
     from jupyter_server.services.contents.filemanager import FileContentsManager
 
-    from dpcourse.widgets._base import RUN_THIS_CELL
+    from dpcourse.ui.controls import RUN_THIS_CELL
 
     notebook = notebook_with_widgets(saved="a" * 32, ran="b" * 32)
     manager = FileContentsManager(root_dir=str(tmp_path), config=server_config())

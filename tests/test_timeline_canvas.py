@@ -8,9 +8,9 @@ import PIL.Image
 import pytest
 
 from dpcourse.trace import Trace
+from dpcourse.ui.png import css_width, png_bytes
 from dpcourse.viz import timeline, timeline_canvas
 from dpcourse.viz.gallery import example_trace
-from dpcourse.viz.png import css_width, png_bytes
 from dpcourse.viz.timeline_canvas import FRAMES_KEPT, TimelineCanvas
 from tests.helpers import narrow_spans, scaled
 

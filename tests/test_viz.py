@@ -19,6 +19,7 @@ import dpcourse
 from dpcourse import examples
 from dpcourse._functions import SCALAR_GATHER_WARNING
 from dpcourse.trace import Trace
+from dpcourse.ui.png import collector_paused, css_width, png_bytes, rendered
 from dpcourse.viz import (
     chunk_split,
     gather_view,
@@ -31,7 +32,6 @@ from dpcourse.viz import (
 )
 from dpcourse.viz.gallery import FIGURES, example_scaling, example_trace
 from dpcourse.viz.palette import device_color
-from dpcourse.viz.png import collector_paused, css_width, png_bytes, rendered
 from dpcourse.viz.replicate import BY_REFERENCE, COPY, SHARED
 from dpcourse.viz.timeline import CRITICAL, critical_path
 

@@ -16,7 +16,7 @@ import dpcourse
 import dpcourse.scatter_gather
 from dpcourse import by_hand, examples
 from dpcourse.timing import StepTimes
-from dpcourse.viz import png as png_module
+from dpcourse.ui import png as png_module
 from dpcourse.viz import timeline_canvas
 from dpcourse.widgets import (
     ChunkExplorer,

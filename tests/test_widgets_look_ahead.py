@@ -1,4 +1,4 @@
-"""Look-ahead (dpcourse/widgets/look_ahead.py): after a change, an explorer prepares the likely next settings.
+"""Look-ahead (dpcourse/ui/look_ahead.py): after a change, an explorer prepares the likely next settings.
 
 In a kernel the guess runs on ipykernel's event loop; here ``asyncio.run`` gives the same: a running loop on
 its thread, where a control's callback schedules the guess and ``await asyncio.sleep`` lets it run. Each test
@@ -14,10 +14,11 @@ import time
 import ipywidgets as widgets
 import pytest
 
-from dpcourse.viz.png import png_bytes
-from dpcourse.widgets import GradientSum, MemoryCalculator, StepThrough, Timeline, gradients, look_ahead
+from dpcourse.ui import look_ahead
+from dpcourse.ui.look_ahead import LookAhead, likely_values, next_value
+from dpcourse.ui.png import png_bytes
+from dpcourse.widgets import GradientSum, MemoryCalculator, StepThrough, Timeline, gradients
 from dpcourse.widgets import memory as memory_widget
-from dpcourse.widgets.look_ahead import LookAhead, likely_values, next_value
 from dpcourse.widgets.stages import STAGES
 
 AFTER_THE_GUESS_S = look_ahead.DELAY_S + 0.05

@@ -8,7 +8,7 @@ shows "Error displaying widget: model not found" in its place.
 
 Before the server writes a notebook, ``widgets_for_a_later_visit`` gives each such output, in the file only, the
 sentence a saved course widget shows before its cell runs (``run_this_cell.py``, the wording the build writes
-into the saved state, ``dpcourse.widgets._base.RUN_THIS_CELL``), beside its ``text/plain``. The open tab keeps
+into the saved state, ``dpcourse.ui.controls.RUN_THIS_CELL``), beside its ``text/plain``. The open tab keeps
 its live widgets; the file holds a sentence that is true whenever it is read. Saving the widgets' state instead
 (jupyterlab-manager's ``saveState``) was tried: reopened, the widgets showed "Loading widget..." for good, and
 every lesson with widgets opened modified.

@@ -1,5 +1,5 @@
 """What a saved course widget shows before its cell runs: the build writes it into each quiz's feedback line and
-each explorer's message line (``dpcourse.widgets._base.RUN_THIS_CELL``, ``notebooks/build.py``), and the course's
+each explorer's message line (``dpcourse.ui.controls.RUN_THIS_CELL``, ``notebooks/build.py``), and the course's
 server writes it on save in place of a widget whose kernel has gone (``jupyter_server_config.py``).
 
 With the sentence, a style: ipywidgets marks each view that has no kernel behind it with a red broken-link icon

@@ -9,7 +9,7 @@ import ipywidgets as widgets
 
 from ..course import LESSONS as COURSE
 from ..progress import Progress, Snapshot
-from ..widgets._base import NEEDS_KERNEL
+from ..ui.controls import NEEDS_KERNEL
 from .bank import all_questions
 from .schema import Question
 

@@ -11,8 +11,8 @@ import re
 
 import ipywidgets as widgets
 
-from dpcourse.viz.png import css_width, png_bytes
-from dpcourse.widgets._base import NEEDS_KERNEL, reports_errors, show_png
+from dpcourse.ui.controls import NEEDS_KERNEL, reports_errors, show_png
+from dpcourse.ui.png import css_width, png_bytes
 
 from ..progress import Progress
 from .bank import find_question, load_lesson

@@ -17,11 +17,11 @@ from dpcourse.data_parallel import DataParallel
 from dpcourse.devices import devices as choose_devices
 from dpcourse.trace import Trace, trace
 
+from ..ui.png import png_bytes
 from .chunks import chunk_split
 from .gather import gather_view
 from .gradients import gradient_sum, per_replica_mean_bias
 from .memory import memory_bars, memory_timeline
-from .png import png_bytes
 from .replicate import replicate_map
 from .scaling import measure_scaling, scaling
 from .timeline import timeline

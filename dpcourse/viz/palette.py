@@ -14,7 +14,7 @@ from matplotlib.colors import to_rgb
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch, Rectangle
 
-from .png import png_bytes
+from ..ui.png import png_bytes
 
 # Okabe–Ito, reordered so the first devices get the colours easiest to tell apart on white.
 DEVICE_COLORS = ("#0072B2", "#E69F00", "#009E73", "#D55E00", "#56B4E9", "#CC79A7", "#F0E442", "#000000")

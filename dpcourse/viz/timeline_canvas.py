@@ -10,7 +10,7 @@ from matplotlib.artist import Artist
 
 from dpcourse.trace import Trace
 
-from .redraw import Redraw
+from ..ui.redraw import Redraw
 from .timeline import Frame, draw_frame, draw_spans
 
 FRAMES_KEPT = 2  # figures kept, the most recently used (up to 28 MB each at 8 devices, with its background)

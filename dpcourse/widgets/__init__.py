@@ -16,7 +16,7 @@ Errors raised inside a callback appear in red in ``explorer.message``. ``repr(ex
 name and the control values (``ChunkExplorer(batch=10, devices=4, dim=0)``), stable for nbval, and nothing
 is printed. ``measure_all()`` in ``tests/benchmarks/widget_latency.py`` times every control of every
 explorer. In a kernel, ``GradientSum``, ``StepThrough`` and ``MemoryCalculator`` look ahead
-(``look_ahead.py``): after a change they prepare the learner's likely next settings.
+(``dpcourse/ui/look_ahead.py``): after a change they prepare the learner's likely next settings.
 """
 
 from .chunks import ChunkExplorer

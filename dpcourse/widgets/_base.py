@@ -8,60 +8,18 @@ notebook checked with nbval would see their captured text as a mismatch.
 
 import functools
 import html
-import runpy
 from collections.abc import Callable, Hashable, Sequence
-from pathlib import Path
 from typing import Any
 
 import ipywidgets as widgets
 from matplotlib.figure import Figure
 
-from dpcourse.viz.png import rendered
+from dpcourse.ui.controls import ERROR_STYLE, NEEDS_KERNEL, show_png
+from dpcourse.ui.look_ahead import LookAhead, likely_values
+from dpcourse.ui.png import rendered
 
-from .look_ahead import LookAhead, likely_values
-
-ERROR_STYLE = "color: #C00000; white-space: pre-wrap; font-family: monospace"
 TABLE_STYLE = "border-collapse: collapse; font-family: monospace; font-size: 12px"
 CELL_STYLE = "padding: 1px 10px 1px 0; text-align: left"
-# The class of the HTML line where a widget's saved state, shown before its cell runs, says that its controls need
-# the running kernel (notebooks/build.py writes the sentence into the saved state; a running widget leaves it
-# empty until it has something to say).
-NEEDS_KERNEL = "dpcourse-run-this-cell"
-# That sentence, with the style that hides ipywidgets' broken-link icons beside it and lights it up when a control
-# is clicked. Read by path from the Jupyter config folder: the course's server also writes it, on save, where a
-# widget's kernel has gone (jupyter_config/jupyter_server_config.py), and that server must not import dpcourse.
-RUN_THIS_CELL: str = runpy.run_path(str(Path(__file__).resolve().parents[1] / "jupyter_config" / "run_this_cell.py"))[
-    "RUN_THIS_CELL"]
-
-
-def show_png(image: widgets.Image, png: bytes, width: str) -> None:
-    """Put ``png`` in ``image`` at ``width`` (``dpcourse.viz.png``), shrunk to fit a narrower cell, and show it."""
-    image.value = png
-    image.layout.width = width
-    image.layout.display = None
-
-
-def reports_errors(callback: Callable[..., None]) -> Callable[..., None]:
-    """Wrap a widget's callback so that an exception is shown in the widget instead of vanishing.
-
-    ipywidgets runs callbacks inside the kernel's comm handler, where an exception only reaches a log the
-    learner never sees: the click would seem to do nothing. The widget says where an error goes: its
-    ``show_error(error)`` runs on a failure and its ``clear_error()`` on a success. An explorer shows
-    ``Type: message`` in its ``message`` area and clears the stale figure; a quiz adds it to its feedback.
-    """
-
-    @functools.wraps(callback)
-    def guarded(self: Any, *args: Any) -> None:
-        try:
-            callback(self, *args)
-        except Exception as error:
-            self.show_error(error)
-        else:
-            self.clear_error()
-
-    return guarded
-
-
 def paragraph(text: str, style: str = "") -> str:
     """``text`` escaped, as an HTML paragraph (empty text gives an empty string)."""
     return f'<p style="{style}">{html.escape(text, quote=False)}</p>' if text else ""

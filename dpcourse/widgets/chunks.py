@@ -6,9 +6,10 @@ import torch
 from dpcourse import viz
 from dpcourse.devices import devices as choose_devices
 from dpcourse.scatter_gather import scatter
+from dpcourse.ui.controls import reports_errors
 from dpcourse.viz.palette import plural
 
-from ._base import Explorer, int_slider, paragraph, reports_errors
+from ._base import Explorer, int_slider, paragraph
 
 WARNING_STYLE = "color: #B35900; font-weight: bold"
 OTHER_SIZE = 3  # the size of the dimension that is not split

@@ -8,9 +8,10 @@ import ipywidgets as widgets
 
 from dpcourse import costmodel
 from dpcourse.costmodel import EXAMPLE, PRESETS, Hardware, Speedup, Workload
+from dpcourse.ui.controls import reports_errors
 from dpcourse.viz import plot_speedup
 
-from ._base import Explorer, paragraph, reports_errors, selection_slider, table, toggle_buttons
+from ._base import Explorer, paragraph, selection_slider, table, toggle_buttons
 
 BATCHES = (32, 64, 128, 256, 512, 1024)
 PARAMS = (("1M", 1_000_000), ("5M", 5_000_000), ("25.6M", 25_600_000), ("100M", 100_000_000), ("400M", 400_000_000))

@@ -4,8 +4,9 @@ import ipywidgets as widgets
 
 from dpcourse import memory, viz
 from dpcourse.memory import CATEGORIES, MIB, MLP, OPTIMIZERS, Breakdown, Setup
+from dpcourse.ui.controls import reports_errors
 
-from ._base import Explorer, int_slider, paragraph, reports_errors, table, toggle_buttons
+from ._base import Explorer, int_slider, paragraph, table, toggle_buttons
 
 WIDTHS = ("128", "256", "512", "1024", "2048", "4096")
 CLASSES = ("10", "1000", "32000", "128000")

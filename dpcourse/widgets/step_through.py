@@ -4,7 +4,9 @@ import html
 
 import ipywidgets as widgets
 
-from ._base import Explorer, int_slider, paragraph, reports_errors
+from dpcourse.ui.controls import reports_errors
+
+from ._base import Explorer, int_slider, paragraph
 from .stages import STAGES
 from .step_run import StepRecord, run_step
 

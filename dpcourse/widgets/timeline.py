@@ -5,12 +5,13 @@ import functools
 import ipywidgets as widgets
 from matplotlib.figure import Figure
 
+from dpcourse.ui.controls import reports_errors, show_png
+from dpcourse.ui.png import rendered
 from dpcourse.viz.palette import new_figure
-from dpcourse.viz.png import rendered
 from dpcourse.viz.timeline_canvas import TimelineCanvas
 from dpcourse.workloads import ModelToTime
 
-from ._base import Explorer, int_slider, paragraph, reports_errors, selection_slider, show_png, toggle_buttons
+from ._base import Explorer, int_slider, paragraph, selection_slider, toggle_buttons
 from .timing import MODELS, TracedTraining, describe, stage_totals
 
 BATCHES = (16, 64, 256)

@@ -261,7 +261,7 @@ def reference_figure_ms(repeats: int = 5) -> float:
     (``viz.chunk_split(10, 4)`` as an explorer renders it), in this process. The machine is shared, and its
     speed drifts by up to 1.7x over an hour; two runs compare only when their reference times agree."""
     from dpcourse import viz
-    from dpcourse.viz.png import png_bytes
+    from dpcourse.ui.png import png_bytes
 
     png_bytes(viz.chunk_split(10, 4))  # the first figure of a process pays for fonts and caches
     times = []

@@ -30,7 +30,7 @@ CELLS = [
     "Timeline(steps=2)",
 ]
 STEP_THROUGH, CHUNKS, GRADIENTS, QUIZ, TIMELINE = 2, 3, 4, 5, 6
-ERROR_STYLE = "[style*='C00000']"  # what dpcourse.widgets._base.reports_errors paints a callback's error in
+ERROR_STYLE = "[style*='C00000']"  # what dpcourse.ui.controls.reports_errors paints a callback's error in
 WAIT_MS = 20_000  # a click reaches the kernel, which may draw a figure before answering
 
 

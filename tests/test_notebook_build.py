@@ -45,21 +45,27 @@ def test_slides_and_collapsed_solutions():
 
 
 @pytest.mark.parametrize("edition", ["instructor", "student"])
-def test_outputs_that_reveal_an_answer_are_collapsed_in_both_editions(edition):
+def test_outputs_that_reveal_an_answer_are_collapsed_or_dropped(edition):
+    """The instructor edition keeps a reveal's output, collapsed (the static site's closed <details>); the
+    student edition stores none (the build drops it) and nbval does not compare the cell there."""
     stub = "def f():\n    ### BEGIN SOLUTION\n    return 1\n    ### END SOLUTION\n"
     source = (f'# %% tags=["reveals-answer"]\nprint(3)\n\n# %% tags=["solution"]\nx = 1\n\n# %%\nx\n\n'
               f'# %% tags=["solution"]\n{stub}')
     notebook = jupytext.reads(source, fmt="py:percent")
     build["add_classroom_metadata"](notebook, edition)
     reveals, worked, plain, to_write = notebook.cells
-    assert reveals.metadata["jupyter"] == {"outputs_hidden": True} and reveals.metadata["collapsed"] is True
+    if edition == "instructor":
+        assert reveals.metadata["jupyter"] == {"outputs_hidden": True} and reveals.metadata["collapsed"] is True
+    else:
+        assert "jupyter" not in reveals.metadata and "nbval-ignore-output" in reveals.metadata["tags"]
     # A worked answer without markers stays hidden in both editions; a stub is the student's to edit.
     assert worked.metadata.get("jupyter") == {"source_hidden": True}
     assert to_write.metadata.get("jupyter") == ({"source_hidden": True} if edition == "instructor" else None)
     assert "jupyter" not in plain.metadata and "collapsed" not in plain.metadata
     build["remove_classroom_metadata"](notebook)
     kept = [{k: v for k, v in c.metadata.items() if k != "lines_to_next_cell"} for c in notebook.cells]  # jupytext's
-    assert kept == [{"tags": ["reveals-answer"]}, {"tags": ["solution"]}, {}, {"tags": ["solution"]}]
+    reveal_tags = ["reveals-answer"] + (["nbval-ignore-output"] if edition == "student" else [])
+    assert kept == [{"tags": reveal_tags}, {"tags": ["solution"]}, {}, {"tags": ["solution"]}]
 
 
 @pytest.mark.parametrize("source", SOURCES, ids=[s.stem for s in SOURCES])

@@ -28,8 +28,9 @@ def all_questions() -> list[Question]:
 
 
 def find_question(question_id: str) -> Question:
-    """The question with id ``question_id``, from any lesson."""
-    for question in all_questions():
+    """The question with id ``question_id``: only its lesson's file (the id's number) is read."""
+    lessons = [lesson for lesson in LESSONS if question_id[:3] == f"{lesson[:2]}-"]
+    for question in (question for lesson in lessons for question in load_lesson(lesson)):
         if question.id == question_id:
             return question
     raise KeyError(f"No question with id {question_id!r}. Ids start with their lesson number, e.g. '02-...'.")

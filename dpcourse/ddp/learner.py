@@ -36,14 +36,25 @@ def _learners_function(function: SourceFunction, inputs: list[torch.Tensor], err
         with counted() as traffic:
             function.rebuild()(tensor)
     except Exception as error:
-        try:
-            note = pickle.dumps(error)
-        except Exception:  # an exception class of the learner's own cannot always be pickled
-            note = pickle.dumps(RuntimeError(f"{type(error).__name__}: {error}"))
-        Path(errors, f"rank-{rank}.pickle").write_bytes(note)
+        keep_error(error, errors)
         raise
     return {"result": tensor.cpu(), "expected": expected.cpu(), "sent": traffic.sent, "received": traffic.received,
             "collectives": traffic.collectives}
+
+
+def keep_error(error: Exception, errors: str) -> None:
+    """In a rank: save the learner's exception in the folder ``errors``, for ``kept_error`` in the notebook."""
+    try:
+        note = pickle.dumps(error)
+    except Exception:  # an exception class of the learner's own cannot always be pickled
+        note = pickle.dumps(RuntimeError(f"{type(error).__name__}: {error}"))
+    Path(errors, f"rank-{dist.get_rank()}.pickle").write_bytes(note)
+
+
+def kept_error(failure: WorkerError, errors: str) -> Exception | None:
+    """In the notebook: the exception the failed rank saved with ``keep_error``, or ``None`` if it saved none."""
+    note = Path(errors, f"rank-{failure.rank}.pickle")
+    return pickle.loads(note.read_bytes()) if note.exists() else None
 
 
 def _died(failure: WorkerError) -> str:
@@ -68,10 +79,7 @@ def run_on_ranks(function, inputs: list[torch.Tensor], timeout: float | None = N
         try:
             return launch(_learners_function, len(inputs), (shipped, list(inputs), errors), timeout=timeout)
         except WorkerError as failure:
-            note = Path(errors, f"rank-{failure.rank}.pickle")
-            if note.exists():
-                raise pickle.loads(note.read_bytes()) from None
-            raise RuntimeError(_died(failure)) from None
+            raise (kept_error(failure, errors) or RuntimeError(_died(failure))) from None
         except TimeoutError:
             raise TimeoutError(
                 f"the {len(inputs)} ranks were still running after {timeout:g} s and were stopped: they wait for "

@@ -21,12 +21,10 @@ forever, a ``TimeoutError`` says what usually causes it.
 
 import contextlib
 import math
-import pickle
 import sys
 import tempfile
 import types
 from collections.abc import Callable, Iterator, Sequence
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -38,6 +36,7 @@ from .. import examples
 from ..ddp import lesson
 from ..ddp.by_source import SourceFunction
 from ..ddp.launcher import WorkerError, device, launch
+from ..ddp.learner import keep_error, kept_error
 from ..ddp.traffic import COLLECTIVES, counted
 from ..memory.accounting import state_tensors, storage_bytes
 
@@ -137,11 +136,7 @@ def _train(shipped: Any, steps: int, lr: float, widths: tuple[int, ...], samples
         parameters, more = _final_parameters(returned, model)
         state = storage_bytes(t for optimizer in optimizers for t in state_tensors(optimizer))
     except Exception as error:
-        try:
-            note = pickle.dumps(error)
-        except Exception:  # an exception class of the learner's own cannot always be pickled
-            note = pickle.dumps(RuntimeError(f"{type(error).__name__}: {error}"))
-        Path(errors, f"rank-{rank}.pickle").write_bytes(note)
+        keep_error(error, errors)
         raise
     return {**more, "parameters": parameters, "sent": traffic.sent, "received": traffic.received,
             "collectives": sizes, "optimizer_state_bytes": state, "backend": dist.get_backend()}
@@ -180,10 +175,7 @@ def train_on_ranks(program: Callable, world_size: int, *, steps: int = 3, lr: fl
         try:
             return launch(_train, world_size, (*args, errors), timeout=timeout)
         except WorkerError as failure:
-            note = Path(errors, f"rank-{failure.rank}.pickle")
-            if note.exists():
-                raise pickle.loads(note.read_bytes()) from None
-            raise RuntimeError(str(failure).splitlines()[0]) from None
+            raise (kept_error(failure, errors) or RuntimeError(str(failure).splitlines()[0])) from None
         except TimeoutError:
             raise TimeoutError(
                 f"the {world_size} ranks were still training after {timeout:g} s and were stopped: they wait for "

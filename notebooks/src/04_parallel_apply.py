@@ -294,8 +294,8 @@ class WaitsInReplica1(nn.Module):
         return x
 
 
-threading.Timer(0.5, release.set).start()  # without it, the step would wait forever
 start = time.perf_counter()
+threading.Timer(0.5, release.set).start()  # without it, the step would wait forever
 dpcourse.DataParallel(WaitsInReplica1(), devices=devices[:2])(x)
 print("the step raised nothing and returned only once replica 1 was released:", time.perf_counter() - start >= 0.5)
 

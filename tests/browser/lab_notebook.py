@@ -9,10 +9,13 @@ import json
 import re
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import nbformat
-from lab_server import LabServer
 from playwright.sync_api import Browser, BrowserContext, Locator, Page
+
+if TYPE_CHECKING:  # a type only: the benchmarks import this module as tests.browser.lab_notebook
+    from lab_server import LabServer
 
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 EXPECTED_ERROR_TAGS = ["raises-exception", "nbval-raises-exception"]  # cells meant to raise (nbclient, nbval)
@@ -101,7 +104,7 @@ def stored_widget_views(path: Path) -> dict[int, int]:
     return counts
 
 
-def in_a_new_context(browser: Browser, server: LabServer, path: str) -> tuple[BrowserContext, "LabNotebook"]:
+def in_a_new_context(browser: Browser, server: "LabServer", path: str) -> tuple[BrowserContext, "LabNotebook"]:
     """A new browser context (nothing kept from earlier pages) and, in a page of it, the notebook at ``path`` of
     ``server``, not opened yet. Close the context afterwards."""
     context = browser.new_context(viewport={"width": 1280, "height": 900})

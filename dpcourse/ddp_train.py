@@ -1,6 +1,6 @@
 """Train the lesson model with DistributedDataParallel and compare it with single-device training.
 
-Run it either way; the ranks run the same code (``dpcourse.ddp.experiments._training``)::
+Run it either way; the ranks run the same code (``dpcourse.ddp.demos.equivalence._training``)::
 
     python -m dpcourse.ddp_train --nproc 2 --steps 3                      # dpcourse starts the ranks
     torchrun --standalone --nproc_per_node=2 -m dpcourse.ddp_train --steps 3   # torchrun starts them
@@ -16,9 +16,9 @@ import sys
 
 import torch.distributed as dist
 
-from dpcourse.ddp.experiments import Training, _training, train
-from dpcourse.ddp.launcher import init_from_env
-from dpcourse.ddp.lesson import single_device
+from dpcourse.ddp.demos.equivalence import Training, _training, train
+from dpcourse.ddp.example import single_device
+from dpcourse.ddp.processes.launcher import init_from_env
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:

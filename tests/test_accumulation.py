@@ -1,4 +1,4 @@
-"""Gradient accumulation (dpcourse.accumulation, dpcourse.ddp.accumulation) against one device's full-batch gradient.
+"""Gradient accumulation (dpcourse.accumulation, dpcourse.ddp.demos.accumulation) against one device's full batch.
 
 One device and DataParallel run in this process; the DDP runs start 2 gloo ranks once for the whole module.
 """
@@ -8,7 +8,7 @@ import torch
 
 import dpcourse
 from dpcourse import accumulation, examples
-from dpcourse.ddp import accumulation as ddp_accumulation
+from dpcourse.ddp.demos import accumulation as ddp_accumulation
 
 
 def error_and_ratio(model: torch.nn.Module, batch: int, micro_batch: int, rule: str, n_devices: int = 1):

@@ -14,7 +14,8 @@ import torch
 import torch.distributed as dist
 
 from dpcourse import exercises
-from dpcourse.ddp import by_source, collectives, compare, learner, pointtopoint
+from dpcourse.ddp.demos import collectives, compare, pointtopoint
+from dpcourse.ddp.processes import by_source, learner
 from dpcourse.exercises.check import FAILED
 
 

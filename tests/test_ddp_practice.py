@@ -11,8 +11,9 @@ import torch
 from torch import nn
 from torch.utils.data import DistributedSampler
 
-from dpcourse.ddp import batchnorm, checkpoint, sampling, syncbn, uneven, unused
-from dpcourse.ddp.torchrun import torchrun
+from dpcourse.ddp.demos import batchnorm, checkpoint, sampling, uneven, unused
+from dpcourse.ddp.implementations import syncbn
+from dpcourse.ddp.processes.torchrun import torchrun
 from dpcourse.scripts import train_dp
 from tests.torchrun_runs import run_torchrun
 

@@ -6,7 +6,7 @@ from torch import nn
 
 import dpcourse
 from dpcourse import examples
-from dpcourse.ddp import lesson
+from dpcourse.ddp import example as ddp_example
 
 
 def test_model_and_batch_are_seeded():
@@ -15,7 +15,8 @@ def test_model_and_batch_are_seeded():
 
 
 def test_the_models_leave_the_global_random_state_alone():
-    for build in (examples.make_model, lambda: examples.mlp((8, 32, 32, 4)), lambda: lesson.model(hidden=32, depth=3)):
+    ddp_model = ddp_example.model
+    for build in (examples.make_model, lambda: examples.mlp((8, 32, 32, 4)), lambda: ddp_model(hidden=32, depth=3)):
         torch.manual_seed(5)
         build()
         drawn = torch.rand(3)
@@ -28,7 +29,7 @@ def test_mlp_builds_the_layers_in_order_from_the_seed():
     expected = nn.Sequential(
         nn.Linear(8, 32), nn.BatchNorm1d(32), nn.ReLU(), nn.Linear(32, 32), nn.ReLU(), nn.Linear(32, 4)
     )
-    built = lesson.model(batchnorm=True, hidden=32, depth=3)  # the DDP lessons' model is the running example, deeper
+    built = ddp_example.model(batchnorm=True, hidden=32, depth=3)  # the running example, deeper
     assert [type(m) for m in built] == [type(m) for m in expected]
     assert examples.max_weight_difference(built, expected) == 0.0
     assert examples.max_weight_difference(examples.make_model(), examples.mlp((8, 16, 4))) == 0.0

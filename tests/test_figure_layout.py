@@ -17,9 +17,9 @@ from matplotlib.text import Text
 import dpcourse
 from dpcourse import accumulation, examples, memory, precision, viz, widgets
 from dpcourse.costmodel import PRESETS, Workload
-from dpcourse.ddp import collectives, compare
-from dpcourse.ddp.compression import Compression
-from dpcourse.ddp.sampling import SETUPS, rank_orders
+from dpcourse.ddp.demos import collectives, compare
+from dpcourse.ddp.demos.compression import Compression
+from dpcourse.ddp.demos.sampling import SETUPS, rank_orders
 from dpcourse.memory import MLP, Setup
 from dpcourse.quiz import EXPERIMENTS, run_experiment
 from dpcourse.sharded import ranks, zero3_measure

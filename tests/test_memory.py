@@ -13,7 +13,7 @@ import torch
 
 import dpcourse
 from dpcourse import memory
-from dpcourse.ddp.memory import measure_ddp, measure_ranks
+from dpcourse.ddp.demos.memory import measure_ddp, measure_ranks
 from dpcourse.memory import CATEGORIES, MLP, Setup
 from dpcourse.memory.peak import allocations
 
@@ -45,7 +45,7 @@ def measured() -> dict[str, memory.Breakdown]:
 
 
 def test_ddp_is_measured_in_its_ranks_and_memory_measure_says_where():
-    with pytest.raises(ValueError, match=r"dpcourse.ddp.memory.measure_ddp\(\[setup\]\)"):
+    with pytest.raises(ValueError, match=r"dpcourse.ddp.demos.memory.measure_ddp\(\[setup\]\)"):
         memory.measure(Setup(kind="DDP", devices=2))
 
 

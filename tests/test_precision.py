@@ -1,4 +1,4 @@
-"""Mixed precision (dpcourse.precision, dpcourse.ddp.compression) on the CPU, against float32 and against torch.
+"""Mixed precision (dpcourse.precision, dpcourse.ddp.demos.compression) on the CPU, against float32 and against torch.
 
 The compression tests start 2 gloo ranks once for the whole module.
 """
@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from dpcourse import precision
-from dpcourse.ddp import compression as ddp_compression
-from dpcourse.ddp.lesson import single_device
+from dpcourse.ddp.demos import compression as ddp_compression
+from dpcourse.ddp.example import single_device
 
 
 def test_autocast_is_per_thread_and_dpcourse_passes_flag_and_dtype_to_every_replica():

@@ -58,7 +58,7 @@ def test_a_scaler_that_raised_on_overflow_would_be_measured_as_raising(monkeypat
 
 @planted("17-unused-parameter")
 def test_ranks_that_hung_on_the_unused_head_would_be_measured_as_hanging(monkeypatch):
-    from dpcourse.ddp import unused
+    from dpcourse.ddp.demos import unused
 
     def hangs(*args, **kwargs):
         raise TimeoutError("DDP ranks [0, 1] were still running after 120 s")

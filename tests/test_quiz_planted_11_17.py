@@ -14,9 +14,9 @@ import torch
 
 from dpcourse import accumulation, memory, precision
 from dpcourse.data_parallel import DataParallel
-from dpcourse.ddp import batchnorm, collectives, compare, pointtopoint, sampling, uneven
-from dpcourse.ddp import memory as ddp_memory
-from dpcourse.ddp.compression import Compression
+from dpcourse.ddp.demos import batchnorm, collectives, compare, pointtopoint, sampling, uneven
+from dpcourse.ddp.demos import memory as ddp_memory
+from dpcourse.ddp.demos.compression import Compression
 from dpcourse.memory import Breakdown
 from dpcourse.memory.accounting import device_bytes
 from dpcourse.quiz.experiments import lesson14, lesson15, lesson16

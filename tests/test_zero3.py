@@ -14,7 +14,7 @@ import torch
 import torch.distributed as dist
 
 from dpcourse import exercises
-from dpcourse.ddp.launcher import launch
+from dpcourse.ddp.processes.launcher import launch
 from dpcourse.exercises.check import FAILED, PASSED
 from dpcourse.quiz import find_question, run_experiment
 from dpcourse.sharded import ranks, rings, zero3, zero3_measure

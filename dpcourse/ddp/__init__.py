@@ -61,11 +61,11 @@ What changes on several machines:
 * Timelines from different machines cannot be aligned: each machine has its own clock.
 """
 
-from .experiments import Buffers, Gradients, Training, buffers, gradients, train
-from .failures import crash
-from .launcher import WorkerError, launch
-from .reducer import BucketCheck, GradientBuckets, check_buckets
-from .timelines import dp_timeline, timeline
+from .demos.equivalence import Buffers, Gradients, Training, buffers, gradients, train
+from .demos.failures import crash
+from .demos.timelines import dp_timeline, timeline
+from .implementations.reducer import BucketCheck, GradientBuckets, check_buckets
+from .processes.launcher import WorkerError, launch
 
 __all__ = [
     "BucketCheck",

@@ -1,9 +1,9 @@
 """Lesson 20's exercises: ZeRO-3's bytes per step, its all-gather and its reduce-scatter, the last two on real ranks.
 
 ``zero3_bytes_per_step`` is judged against ``sharded.zero3_measure.bytes_per_step`` on a grid of layer sizes and
-ranks (a test holds that formula to the bytes ``ddp.traffic.counted`` counts on real ranks). ``gather_full`` and
-``shard_of_gradient`` travel to 3 ranks as their source (``sharded.ranks.train_on_ranks``), are called
-once on known numbers, then replace the library's collective in ZeRO-3 training, whose weights after 3 steps
+ranks (a test holds that formula to the bytes ``ddp.processes.traffic.counted`` counts on real ranks).
+``gather_full`` and ``shard_of_gradient`` travel to 3 ranks as their source (``sharded.ranks.train_on_ranks``), are
+called once on known numbers, then replace the library's collective in ZeRO-3 training, whose weights after 3 steps
 must equal one-device Adam's.
 """
 
@@ -11,7 +11,7 @@ import itertools
 
 import torch
 
-from dpcourse.ddp.by_source import SourceFunction
+from dpcourse.ddp.processes.by_source import SourceFunction
 from dpcourse.sharded import ranks, zero3_measure
 from dpcourse.sharded.zero1 import shard_range
 

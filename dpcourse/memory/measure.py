@@ -11,7 +11,7 @@ step) and then one step in which it counts, per device:
 
 DataParallel is dpcourse's own, run unchanged: ``CountingDataParallel`` only overrides ``replicate`` and
 ``parallel_apply`` to watch them, as torch's DataParallel lets a subclass do. DDP runs in real processes
-(``dpcourse.ddp.memory``).
+(``dpcourse.ddp.demos.memory``).
 """
 
 import weakref
@@ -186,12 +186,12 @@ def measure(setup: Setup) -> Breakdown:
     """Run ``setup`` for real and count its bytes per device and category (see ``dpcourse.memory.accounting``).
 
     One device and DataParallel run here, on ``dpcourse.devices(n)`` (CPU devices without a GPU). DDP and the ZeRO
-    stages are counted inside each rank's own process: ``dpcourse.ddp.memory.measure_ddp([setup])``,
+    stages are counted inside each rank's own process: ``dpcourse.ddp.demos.memory.measure_ddp([setup])``,
     ``dpcourse.sharded.memory.measure_sharded([setup])``.
     """
     if setup.kind == "DDP":
         raise ValueError("DDP's memory is counted in each rank's own process: use "
-                         "dpcourse.ddp.memory.measure_ddp([setup]), which starts the ranks.")
+                         "dpcourse.ddp.demos.memory.measure_ddp([setup]), which starts the ranks.")
     if setup.kind in SHARDED:
         raise ValueError(f"{setup.kind}'s memory is counted in each rank's own process: use "
                          "dpcourse.sharded.memory.measure_sharded([setup]), which starts the ranks.")

@@ -114,10 +114,10 @@ def cuda_peaks(setup: Setup) -> list[int]:
 
     Two steps run first: they create the optimizer state, the cuBLAS workspaces and the autograd threads. What
     the allocator then holds beyond the step's own tensors (parameters, optimizer state, batch) is not the
-    step's, and is subtracted. DDP's ranks report their own peaks (``dpcourse.ddp.memory``).
+    step's, and is subtracted. DDP's ranks report their own peaks (``dpcourse.ddp.demos.memory``).
     """
     if setup.kind == "DDP":
-        raise ValueError("For DDP each rank measures itself: dpcourse.ddp.memory.measure_ranks(setup).")
+        raise ValueError("For DDP each rank measures itself: dpcourse.ddp.demos.memory.measure_ranks(setup).")
     if torch.cuda.device_count() < setup.devices:
         raise ValueError(f"cuda_peaks needs {setup.devices} GPUs, one per replica; {torch.cuda.device_count()} found.")
     devices = [torch.device("cuda", i) for i in range(setup.devices)]

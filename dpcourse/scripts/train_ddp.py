@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, DistributedSampler
 
-from dpcourse.ddp.launcher import backend_for
+from dpcourse.ddp.processes.launcher import backend_for
 from dpcourse.scripts.common import BATCH, LR, SEED, make_dataset, make_model
 
 

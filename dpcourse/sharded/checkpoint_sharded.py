@@ -25,7 +25,7 @@ from torch.distributed.checkpoint.state_dict import (
     set_state_dict,
 )
 
-from ..ddp.lesson import loss_fn
+from ..ddp.example import loss_fn
 from .fsdp2 import mesh_of_all_ranks, shard_model
 from .zero1 import shard_range
 

@@ -26,9 +26,9 @@ from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor
 
-from ..ddp.launcher import device
-from ..ddp.lesson import loss_fn
-from ..ddp.traffic import counted
+from ..ddp.example import loss_fn
+from ..ddp.processes.launcher import device
+from ..ddp.processes.traffic import counted
 from ..memory.accounting import state_tensors
 
 

@@ -16,7 +16,7 @@ holds therefore changes while the step runs; it is counted at its largest, kind 
 * parameters: the shards (after the step) plus the most all-gathered bytes seen, read just before each layer's
   forward and, in backward, after each of its full gradients is accumulated (the layer is still gathered then);
 * gradients: the most ``.grad`` bytes seen (shards and full), read at the same moments and at the end of backward;
-* optimizer state, activations, outputs and loss, DDP's buckets: as ``dpcourse.ddp.memory`` counts them.
+* optimizer state, activations, outputs and loss, DDP's buckets: as ``dpcourse.ddp.demos.memory`` counts them.
 
 ``dpcourse.memory.sharding`` predicts the same numbers from formulas, and says what neither counts.
 """
@@ -31,9 +31,9 @@ from torch.distributed.fsdp import fully_shard
 from torch.distributed.optim import ZeroRedundancyOptimizer
 from torch.distributed.tensor import DTensor
 
-from dpcourse.ddp.launcher import device, launch
-from dpcourse.ddp.lesson import shard, wrap
-from dpcourse.ddp.memory import bucket_bytes
+from dpcourse.ddp.demos.memory import bucket_bytes
+from dpcourse.ddp.example import shard, wrap
+from dpcourse.ddp.processes.launcher import device, launch
 from dpcourse.examples import loss_fn
 from dpcourse.memory.accounting import Breakdown, SavedTensors, device_bytes, state_tensors, storage_bytes
 from dpcourse.memory.workload import Setup, make_optimizer, optimizer_class
@@ -141,7 +141,7 @@ def measure_sharded(setups: Sequence[Setup], timeout: float = 120.0) -> list[Bre
 
     One launch for them all: starting the ranks costs more than a small model's steps. Returns one
     ``Breakdown`` per setup, its ``devices`` the ranks' bytes per category. Ranks use gloo on the CPU unless every
-    rank has a GPU of its own (``dpcourse.ddp.launcher.backend_for``).
+    rank has a GPU of its own (``dpcourse.ddp.processes.launcher.backend_for``).
     """
     if not setups:
         raise ValueError("measure_sharded needs at least one Setup(kind='ZeRO-1', devices=2, ...).")

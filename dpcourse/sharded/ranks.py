@@ -4,18 +4,18 @@
 
 1. builds the same seeded MLP (``examples.mlp(widths, seed)``) on its device (``launcher.device()``);
 2. takes its shard of each step's batch: step ``s`` uses samples ``s * samples ... (s + 1) * samples - 1`` of
-   ``ddp.lesson.data``, and rank ``r`` of ``n`` gets the ``r``-th contiguous ``samples / n`` of them;
+   ``ddp.example.data``, and rank ``r`` of ``n`` gets the ``r``-th contiguous ``samples / n`` of them;
 3. calls ``program(model, batches, lr)`` (with ``**extra`` if given) while ``traffic.counted()`` counts what it
    sends and which collectives it calls, and records each collective's size.
 
-``program`` trains with its own optimizer, ``steps`` steps, the loss ``ddp.lesson.loss_fn`` (mean squared error,
+``program`` trains with its own optimizer, ``steps`` steps, the loss ``ddp.example.loss_fn`` (mean squared error,
 averaged over the rank's samples), gradients averaged over the ranks as DDP does. Then every rank's training
 equals full-batch training on one device, which ``one_device`` runs: the oracle. The program returns the final
 *full* parameters, in ``model.parameters()`` order (a program that keeps only a shard gathers them first), or a
 dict with them as ``"parameters"`` and anything more it wants to report (``"state_bytes"``, say).
 
-A program written in a notebook cell travels to the ranks as its source (``ddp.by_source``), as in
-``ddp.learner``: if it raises, the learner's own exception is raised here; if the ranks wait for each other
+A program written in a notebook cell travels to the ranks as its source (``ddp.processes.by_source``), as in
+``ddp.processes.learner``: if it raises, the learner's own exception is raised here; if the ranks wait for each other
 forever, a ``TimeoutError`` says what usually causes it.
 """
 
@@ -33,11 +33,11 @@ from torch.distributed import distributed_c10d
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
 from .. import examples
-from ..ddp import lesson
-from ..ddp.by_source import SourceFunction
-from ..ddp.launcher import WorkerError, device, launch
-from ..ddp.learner import keep_error, kept_error
-from ..ddp.traffic import COLLECTIVES, counted
+from ..ddp import example as ddp_example
+from ..ddp.processes.by_source import SourceFunction
+from ..ddp.processes.launcher import WorkerError, device, launch
+from ..ddp.processes.learner import keep_error, kept_error
+from ..ddp.processes.traffic import COLLECTIVES, counted
 from ..memory.accounting import state_tensors, storage_bytes
 
 # 8 inputs -> 15 -> 15 -> 4 outputs: 439 parameters, a number that 2, 3 and 4 ranks cannot split evenly.
@@ -47,7 +47,7 @@ TIMEOUT = 60.0  # seconds; three steps on 4 ranks take well under 10, the start 
 
 def _rank_batches(steps: int, samples: int, seed: int, rank: int, world_size: int
                   ) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    x, y = lesson.data(steps * samples, seed)
+    x, y = ddp_example.data(steps * samples, seed)
     share = samples // world_size
     starts = [step * samples + rank * share for step in range(steps)]
     return [(x[start:start + share], y[start:start + share]) for start in starts]
@@ -194,7 +194,7 @@ def one_device(steps: int = 3, lr: float = 1e-2, widths: Sequence[int] = WIDTHS,
     optimizer = torch.optim.Adam(model.parameters(), lr=lr)
     for x, y in _rank_batches(steps, samples, seed, rank=0, world_size=1):
         optimizer.zero_grad()
-        lesson.loss_fn(model(x), y).backward()
+        ddp_example.loss_fn(model(x), y).backward()
         optimizer.step()
     return [p.detach().clone() for p in model.parameters()]
 

@@ -1,9 +1,9 @@
 """All-gather and reduce-scatter as rings of point-to-point messages: the two halves of lesson 13's ring all-reduce.
 
-gloo runs ``dist.all_gather`` and ``dist.reduce_scatter`` inside the backend, where ``ddp.traffic.counted`` sees
-that they were called but not what they sent. Written with ``dist.isend`` and ``dist.recv``, as
-``ddp.allreduce.ring_all_reduce`` is, every byte goes through the process group's ``send`` and ``recv``, and
-``counted`` counts it. Both take one piece per rank, of one size, as the collectives do:
+gloo runs ``dist.all_gather`` and ``dist.reduce_scatter`` inside the backend, where
+``ddp.processes.traffic.counted`` sees that they were called but not what they sent. Written with ``dist.isend`` and
+``dist.recv``, as ``ddp.implementations.allreduce.ring_all_reduce`` is, every byte goes through the process group's
+``send`` and ``recv``, and ``counted`` counts it. Both take one piece per rank, of one size, as the collectives do:
 
 * ``all_gather(pieces, mine)``: afterwards ``pieces[r]`` holds rank ``r``'s ``mine`` on every rank. Each of the
   ``n - 1`` steps passes one piece to the right: every rank sends ``(n - 1)`` pieces.
@@ -17,7 +17,7 @@ all-gathers and one reduce-scatter per layer send ``3 (n - 1)``: 1.5 times as ma
 import torch
 import torch.distributed as dist
 
-from ..ddp.allreduce import exchange
+from ..ddp.implementations.allreduce import exchange
 
 
 def all_gather(pieces: list[torch.Tensor], mine: torch.Tensor) -> None:

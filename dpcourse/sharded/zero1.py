@@ -27,9 +27,9 @@ from torch import nn
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
 from .. import examples
-from ..ddp.launcher import device, launch
-from ..ddp.lesson import data, loss_fn, wrap
-from ..ddp.memory import bucket_bytes
+from ..ddp.demos.memory import bucket_bytes
+from ..ddp.example import data, loss_fn, wrap
+from ..ddp.processes.launcher import device, launch
 from ..memory.accounting import state_tensors, storage_bytes
 from .ranks import WIDTHS, parameter_count
 
@@ -87,7 +87,7 @@ def all_gathered(shard: torch.Tensor, numel: int) -> torch.Tensor:
 def ddp_program(model: nn.Module, batches: list, lr: float) -> dict:
     """torch's DDP with Adam: DDP all-reduces (averages) the gradients, every rank steps all the parameters.
 
-    Also reports the bytes of DDP's all-reduce buckets: what it all-reduces every step (``ddp.memory``).
+    Also reports the bytes of DDP's all-reduce buckets: what it all-reduces every step (``ddp.demos.memory``).
     """
     ddp_model = wrap(model, device())
     optimizer = torch.optim.Adam(ddp_model.parameters(), lr=lr)

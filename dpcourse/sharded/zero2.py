@@ -29,7 +29,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from ..ddp.lesson import loss_fn
+from ..ddp.example import loss_fn
 from ..memory import storage_bytes
 from . import rings
 from .zero1 import shard_range

@@ -13,7 +13,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from ..ddp.by_source import SourceFunction
+from ..ddp.processes.by_source import SourceFunction
 from ..memory import storage_bytes
 from . import ranks
 

@@ -26,9 +26,9 @@ from torch.distributed import distributed_c10d
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
 from .. import examples
-from ..ddp.allreduce import ring_all_reduce
-from ..ddp.lesson import loss_fn
-from ..ddp.traffic import counted
+from ..ddp.example import loss_fn
+from ..ddp.implementations.allreduce import ring_all_reduce
+from ..ddp.processes.traffic import counted
 from ..memory import storage_bytes
 from . import ranks, rings, zero1, zero2
 

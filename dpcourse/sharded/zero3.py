@@ -24,7 +24,7 @@ per layer and step instead of two, and the memory of whole layers during backwar
 
 ``program`` is a training program for ``sharded.ranks.train_on_ranks``. ``gather`` and ``scatter`` replace the
 two collectives with a learner's own (lesson 20's exercises); ``ring=True`` runs them as rings of point-to-point
-messages (``sharded.rings``), whose bytes ``ddp.traffic.counted`` counts.
+messages (``sharded.rings``), whose bytes ``ddp.processes.traffic.counted`` counts.
 """
 
 import math
@@ -36,7 +36,7 @@ from torch import nn
 from torch.func import functional_call
 from torch.nn.utils import parameters_to_vector
 
-from ..ddp.lesson import loss_fn
+from ..ddp.example import loss_fn
 from . import rings
 from .zero1 import shard_range
 

@@ -3,10 +3,10 @@
 ``compare`` is a training program for ``sharded.ranks.train_on_ranks`` that trains the same model several ways
 in one launch of the ranks (starting ranks costs seconds): DDP, ZeRO-3, ZeRO-3 with prefetch, ZeRO-3 without
 resharding. Every way runs its collectives as rings of point-to-point messages (``sharded.rings``,
-``ddp.allreduce.ring_all_reduce``), so that ``ddp.traffic.counted`` counts every byte sent. The last step of
-each way runs under lesson 15's profiler (``memory.peak.allocations``): every allocation and free, in order,
-on top of what the rank held when the step began (``memory.accounting.storage_bytes`` of its parameters or
-shards, Adam's state and its batch).
+``ddp.implementations.allreduce.ring_all_reduce``), so that ``ddp.processes.traffic.counted`` counts every byte
+sent. The last step of each way runs under lesson 15's profiler (``memory.peak.allocations``): every allocation
+and free, in order, on top of what the rank held when the step began (``memory.accounting.storage_bytes`` of its
+parameters or shards, Adam's state and its batch).
 
 ``bytes_per_step`` is the same count as a formula, which lesson 20's exercise asks for.
 """
@@ -22,11 +22,11 @@ from torch import nn
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
 from torch.profiler import record_function
 
-from ..ddp.allreduce import ring_all_reduce
-from ..ddp.by_source import SourceFunction
-from ..ddp.launcher import device
-from ..ddp.lesson import loss_fn
-from ..ddp.traffic import counted
+from ..ddp.example import loss_fn
+from ..ddp.implementations.allreduce import ring_all_reduce
+from ..ddp.processes.by_source import SourceFunction
+from ..ddp.processes.launcher import device
+from ..ddp.processes.traffic import counted
 from ..memory.accounting import state_tensors, storage_bytes
 from ..memory.peak import allocations
 from . import ranks, zero3

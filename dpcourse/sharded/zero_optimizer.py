@@ -13,8 +13,8 @@ import torch
 from torch import nn
 from torch.distributed.optim import ZeroRedundancyOptimizer
 
-from ..ddp.launcher import device
-from ..ddp.lesson import loss_fn, wrap
+from ..ddp.example import loss_fn, wrap
+from ..ddp.processes.launcher import device
 from ..memory.accounting import state_tensors, storage_bytes
 
 

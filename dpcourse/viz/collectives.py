@@ -15,8 +15,8 @@ from matplotlib.patches import Patch, Rectangle
 from .palette import COMBINED_COLOR, IDLE_COLOR, device_color, grid_axes, legend_below, new_figure, plural
 
 if TYPE_CHECKING:  # only for the annotations: importing dpcourse.ddp loads torch.distributed, which most lessons skip
-    from dpcourse.ddp.collectives import Moved
-    from dpcourse.ddp.compare import Comparison
+    from dpcourse.ddp.demos.collectives import Moved
+    from dpcourse.ddp.demos.compare import Comparison
 
 UNDEFINED_HATCH = "////"
 

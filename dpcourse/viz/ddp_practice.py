@@ -1,7 +1,7 @@
 """Figures for DDP in practice: who trains on which sample, uneven inputs with and without ``join()``, and
 BatchNorm's running statistics per replica and synchronised.
 
-Each takes the numbers a real multi-rank run returned (``dpcourse.ddp.sampling``, ``.uneven``, ``.batchnorm``),
+Each takes the numbers a real multi-rank run returned (``dpcourse.ddp.demos.sampling``, ``.uneven``, ``.batchnorm``),
 so it draws what happened, not a schematic. Rank ``r`` has device colour ``r``, as replica ``r`` does everywhere.
 """
 
@@ -44,7 +44,7 @@ def sampler_coverage(samples: int, orders: Mapping[str, Sequence[Sequence[Sequen
     """One panel per loader set-up: a row per epoch, a box per sample, coloured by the rank that trained on it.
 
     ``orders[setup][rank][epoch]`` is the list of samples rank ``rank`` trained on in ``epoch``, in order
-    (``dpcourse.ddp.sampling.Coverage.orders``). A box holds the sample's position in its rank's epoch, so an
+    (``dpcourse.ddp.demos.sampling.Coverage.orders``). A box holds the sample's position in its rank's epoch, so an
     epoch that repeats the one before shows the same numbers. Dark grey: both ranks trained on the sample
     (``2x``); hatched: no rank did.
     """
@@ -81,7 +81,7 @@ def uneven_steps(batches: Sequence[int], steps: Mapping[str, Sequence[int]], fai
     """One panel per way of training, a lane per rank, a box per step; rank ``r`` has ``batches[r]`` batches.
 
     ``steps[mode][r]`` is how many steps rank ``r`` finished and ``failed[mode][r]`` whether it failed
-    (``dpcourse.ddp.uneven.Uneven``). A rank that has finished its batches while another still trains either
+    (``dpcourse.ddp.demos.uneven.Uneven``). A rank that has finished its batches while another still trains either
     shadows the other's all-reduces (dotted grey: under ``join()``) or has left (blank); a rank whose all-reduce
     has no partner waits until the timeout (hatched). ``notes[mode]`` is added to that panel's title.
     """

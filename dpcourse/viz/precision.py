@@ -81,7 +81,7 @@ def loss_scale(steps: Sequence[Any]) -> Figure:
 def compression_error(result: Any) -> Figure:
     """Bars: the error of each compressing DDP hook against the uncompressed all-reduce, for each loss multiplier.
 
-    ``result`` is a ``dpcourse.ddp.compression.Compression``; its ``rows`` hold ``multiplier``, ``hook``,
+    ``result`` is a ``dpcourse.ddp.demos.compression.Compression``; its ``rows`` hold ``multiplier``, ``hook``,
     ``relative_error`` (max |error| / max |g|), ``lost`` (share of entries that became 0) and ``not_finite``.
     A hatched bar reaching the top is an all-reduce that overflowed to inf or NaN.
     """

@@ -14,7 +14,7 @@
 # Everything below runs for real: DDP from `torch`, in **2 processes** talking through a [process group](00_start_here.ipynb#Glossary)
 # backend, started from this notebook by `dpcourse.ddp` (`dpcourse/ddp/`):
 # [NCCL](00_start_here.ipynb#Glossary) on the GPUs when the machine has a GPU for each rank, else gloo on
-# the CPU (`ddp.launcher.backend_for`). The first launch starts a helper process that imports torch once;
+# the CPU (`ddp.processes.launcher.backend_for`). The first launch starts a helper process that imports torch once;
 # the later launches reuse it, so only the first one waits for that import.
 
 # %%
@@ -51,7 +51,7 @@ from dpcourse import costmodel, ddp, examples, exercises, quiz, viz, widgets
 # process group (its docstring, `torch/nn/parallel/distributed.py`). Something must also start the
 # processes; `torchrun` does it from a shell (last section), and `ddp.launch` does the same from a
 # notebook: it starts 2 processes, sets the variables torchrun would set and calls `init_process_group`
-# in each before running any experiment (`dpcourse/ddp/launcher.py`, `_run_rank`).
+# in each before running any experiment (`dpcourse/ddp/processes/launcher.py`, `_run_rank`).
 #
 # Below, `ddp.train` trains the running example's MLP (8 → 16 → 4, mean-squared-error loss) for 3 steps
 # under DDP, on 2 ranks with 8 of the 16 samples of each batch each, and prints the backend your machine
@@ -211,7 +211,7 @@ for rank, record in enumerate(separate.ranks):
 # ## Bucketed all-reduce
 # How do the gradients get averaged without waiting for the whole backward? DDP's C++ `Reducer`
 # (`torch/csrc/distributed/c10d/reducer.cpp`) does four things, and `ddp.GradientBuckets` does the same
-# in about 60 lines of Python (`dpcourse/ddp/reducer.py`):
+# in about 60 lines of Python (`dpcourse/ddp/implementations/reducer.py`):
 #
 # 1. group the parameters into **buckets** of about 25 MiB (the first one 1 MiB), last layers first,
 #    because backward produces their gradients first. (In the very first backward DDP uses a single
@@ -250,7 +250,7 @@ print(ddp.check_buckets(world_size=2, batch=8, bucket_bytes=300))
 # The same training, traced both ways: the MLP widened to 4 layers of 512 (about 2 MiB of gradients), a
 # batch of 64, 2 steps on 2 DDP ranks with 1 MiB buckets, and one step of DataParallel on
 # `dpcourse.devices(2)` (every DataParallel step looks the same). Each DDP rank records its own spans; an all-reduce span starts when
-# its bucket is full and ends when the average has arrived (`dpcourse/ddp/timelines.py`). The top lane,
+# its bucket is full and ends when the average has arrived (`dpcourse/ddp/demos/timelines.py`). The top lane,
 # the critical path, is drawn for one step: for DDP it shows the one-time `replicate` and the last step.
 # The figures show the stored run; yours will differ in the details:
 
@@ -302,7 +302,7 @@ viz.timeline(gpu.traces[3][-1], gpu.label)
 
 # %% [markdown]
 # The course's GPU benchmark (`docs/benchmarks.md`, GPU section) also ran DDP with 2 processes sharing that
-# one GPU (with gloo: the course uses NCCL only with a GPU per rank, `ddp.launcher.backend_for`) against
+# one GPU (with gloo: the course uses NCCL only with a GPU per rank, `ddp.processes.launcher.backend_for`) against
 # DataParallel on `[0, 0]`; one GPU cannot show how either scales across GPUs.
 
 # %% [markdown]

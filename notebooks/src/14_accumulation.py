@@ -13,7 +13,7 @@
 # DataParallel runs on `dpcourse.devices(2)`, with the model moved to `devices[0]` before it is wrapped. DDP
 # runs in 2 processes started from this notebook as in lesson 10, on [NCCL](00_start_here.ipynb#Glossary) only
 # when every [rank](00_start_here.ipynb#Glossary) has a GPU of its own: NCCL needs one GPU per rank, so on a machine with one GPU (or none) the
-# ranks use gloo and keep their tensors on the CPU (`backend_for` in `dpcourse/ddp/launcher.py`). Both are
+# ranks use gloo and keep their tensors on the CPU (`backend_for` in `dpcourse/ddp/processes/launcher.py`). Both are
 # printed below.
 
 # %%
@@ -24,8 +24,8 @@ from IPython.display import display
 
 import dpcourse
 from dpcourse import accumulation, examples, exercises, quiz, viz
-from dpcourse.ddp import accumulation as ddp_accumulation
-from dpcourse.ddp.launcher import backend_for
+from dpcourse.ddp.demos import accumulation as ddp_accumulation
+from dpcourse.ddp.processes.launcher import backend_for
 
 devices = dpcourse.devices(2)
 print("DataParallel's devices:", devices, "| the backend of 2 DDP ranks here:", backend_for(2))
@@ -154,7 +154,7 @@ print(inspect.getsource(ddp_accumulation.counting_allreduce))
 
 # %% [markdown]
 # `ddp_accumulation.compare_schedules` starts 2 ranks once and runs, each from the same fresh model, the
-# accumulations this section and the last one need (`dpcourse/ddp/accumulation.py`). Each rank takes 4 rows
+# accumulations this section and the last one need (`dpcourse/ddp/demos/accumulation.py`). Each rank takes 4 rows
 # per micro-step; the model's 848 bytes of gradients fit in one bucket:
 
 # %%

@@ -22,8 +22,8 @@ import torch
 from IPython.display import display
 
 from dpcourse import exercises, memory, quiz, viz, widgets
-from dpcourse.ddp import memory as ddp_memory
-from dpcourse.ddp.launcher import backend_for
+from dpcourse.ddp.demos import memory as ddp_memory
+from dpcourse.ddp.processes.launcher import backend_for
 from dpcourse.memory import MIB, Setup
 
 print("the backend of 2 DDP ranks here:", backend_for(2))
@@ -210,8 +210,8 @@ print(f"gradients computed while the copy buffer was still alive: "
 quiz.ask("15-ddp-rank-memory")
 
 # %% [markdown]
-# `ddp_memory.measure_ddp` (`dpcourse.ddp.memory`) starts the ranks with `dpcourse.ddp.launch` and counts inside each rank's process
-# (`dpcourse/ddp/memory.py`); DDP reports the bytes of its buckets itself. The ranks use the backend printed at
+# `ddp_memory.measure_ddp` (`dpcourse.ddp.demos.memory`) starts the ranks with `dpcourse.ddp.launch` and counts inside each rank's process
+# (`dpcourse/ddp/demos/memory.py`); DDP reports the bytes of its buckets itself. The ranks use the backend printed at
 # the top: [NCCL](00_start_here.ipynb#Glossary) needs one GPU per rank, so it is used only when every rank has a GPU of its own;
 # otherwise gloo, with the ranks' tensors on the CPU. Two ranks of 128 samples each,
 # against DataParallel on two devices (`viewed`, measured in the same launch, comes below):

@@ -24,8 +24,8 @@ import torch
 from IPython.display import display
 
 from dpcourse import examples, exercises, precision, quiz, viz
-from dpcourse.ddp import compression as ddp_compression
-from dpcourse.ddp.launcher import backend_for
+from dpcourse.ddp.demos import compression as ddp_compression
+from dpcourse.ddp.processes.launcher import backend_for
 
 model = examples.make_model()  # stays on the CPU: this lesson is about CPU autocast
 x, y = examples.make_batch(8)
@@ -235,7 +235,7 @@ print("bf16_compress_hook on gloo:", compressed.bf16_compress_hook)
 # %% [markdown]
 # gloo adds bfloat16 tensors on every build, so the course measures bfloat16 with
 # `ddp_compression.compressed_allreduce(torch.bfloat16)`: the same steps as `_compress_hook` under another
-# name (`dpcourse/ddp/compression.py`; with float16 it gives exactly `fp16_compress_hook`'s gradients, a test
+# name (`dpcourse/ddp/demos/compression.py`; with float16 it gives exactly `fp16_compress_hook`'s gradients, a test
 # checks). Which compression is closer to the float32 all-reduce for ordinary gradients?
 
 # %%

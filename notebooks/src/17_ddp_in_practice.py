@@ -13,7 +13,7 @@
 # Lesson 10 showed what DistributedDataParallel (DDP) does inside: one process per rank, averaged gradients,
 # weights copied once, bucketed [all-reduce](00_start_here.ipynb#Glossary). This lesson is about the script
 # around it. Every experiment runs on real ranks: 2 processes started from this notebook by `ddp.launch`
-# (`dpcourse/ddp/launcher.py`), which stops every rank on any error or timeout. They talk through gloo with CPU
+# (`dpcourse/ddp/processes/launcher.py`), which stops every rank on any error or timeout. They talk through gloo with CPU
 # tensors unless every rank has a GPU of its own: [NCCL](00_start_here.ipynb#Glossary) needs one GPU per rank,
 # so on a machine with one GPU the 2 ranks use gloo and the CPU (the backend is printed below). As in lesson 10,
 # the first launch waits for a helper process to import torch.
@@ -30,8 +30,10 @@ from IPython.display import display
 from torch.utils.data import DistributedSampler, RandomSampler
 
 from dpcourse import exercises, quiz, viz
-from dpcourse.ddp import batchnorm, checkpoint, sampling, syncbn, torchrun, uneven, unused
-from dpcourse.ddp.launcher import backend_for
+from dpcourse.ddp.demos import batchnorm, checkpoint, sampling, uneven, unused
+from dpcourse.ddp.implementations import syncbn
+from dpcourse.ddp.processes import torchrun
+from dpcourse.ddp.processes.launcher import backend_for
 from dpcourse.scripts import common, train_ddp, train_dp
 
 print("the backend of 2 DDP ranks here:", backend_for(2))
@@ -56,7 +58,7 @@ quiz.ask("17-set-epoch")
 
 # %% [markdown]
 # `sampling.coverage` runs four loaders on 2 real ranks, over 12 samples for 2 epochs, and records which
-# samples each rank trains on, in order (`dpcourse/ddp/sampling.py`):
+# samples each rank trains on, in order (`dpcourse/ddp/demos/sampling.py`):
 #
 # - **no sampler**: `DataLoader(shuffle=True)`, seeded the same on both ranks;
 # - **a seed per rank**: `DistributedSampler(dataset, seed=rank)`, as if each rank needed a seed of its own;
@@ -141,7 +143,7 @@ exercises.check("epoch_indices", epoch_indices)
 # barrier**, in the unlucky order: rank 1 reads while rank 0 has not written yet, so the file still holds
 # the previous checkpoint, from step 0. A message forces that order every time; on a real, slow, shared
 # file system it happens by chance. Then **with the barrier**. Each rank loads what it read into its wrapped
-# model and trains one more step (`dpcourse/ddp/checkpoint.py`):
+# model and trains one more step (`dpcourse/ddp/demos/checkpoint.py`):
 
 # %%
 checkpoints = checkpoint.checkpoints(steps=2)
@@ -178,7 +180,7 @@ quiz.ask("17-uneven-no-join")
 # %% [markdown]
 # `uneven.uneven` trains that way three times: without `join()`, with `ddp_model.join()`, and with
 # `ddp_model.join(divide_by_initial_world_size=False)`. Each way runs on a process group of its own, created
-# with the short timeout passed below (the default, printed last, is much longer); `launch` would stop both ranks at its own deadline anyway (`dpcourse/ddp/uneven.py`):
+# with the short timeout passed below (the default, printed last, is much longer); `launch` would stop both ranks at its own deadline anyway (`dpcourse/ddp/demos/uneven.py`):
 
 # %% tags=["reveals-answer"]
 with quiz.reveal("17-uneven-no-join"):
@@ -224,7 +226,7 @@ quiz.ask("17-unused-parameter")
 
 # %% [markdown]
 # `unused.unused` trains `TwoHeads` for 3 steps on 2 ranks, with the default options, with
-# `find_unused_parameters=True` and with `static_graph=True` (`dpcourse/ddp/unused.py`):
+# `find_unused_parameters=True` and with `static_graph=True` (`dpcourse/ddp/demos/unused.py`):
 
 # %% tags=["reveals-answer"]
 with quiz.reveal("17-unused-parameter"):
@@ -274,7 +276,7 @@ quiz.ask("17-global-variance")
 
 # %% [markdown]
 # `batchnorm.global_variance` runs that question on 2 ranks: one channel, `[-1, 1]` on rank 0 and `[1, 3]`
-# on rank 1, gathered and combined (`dpcourse/ddp/batchnorm.py`):
+# on rank 1, gathered and combined (`dpcourse/ddp/demos/batchnorm.py`):
 
 # %% tags=["reveals-answer"]
 with quiz.reveal("17-global-variance"):
@@ -404,7 +406,7 @@ print(f"epoch {epoch}: every DataParallel batch is rank 0's batch plus rank 1's 
 # %% [markdown]
 # Now run both: the DataParallel script here, on 2 CPU devices, and the DDP script with torchrun, in 2
 # processes started by a torchrun agent. `torchrun.torchrun` runs the command with a deadline and stops the
-# agent and its workers if it passes (`dpcourse/ddp/torchrun.py`). Each of the 3 new processes imports
+# agent and its workers if it passes (`dpcourse/ddp/processes/torchrun.py`). Each of the 3 new processes imports
 # torch, which makes this the slowest cell of the lesson; the automatic checks of the course skip it
 # (`nbval-skip`) and run the same two scripts in `tests/test_ddp_practice.py` instead. The output below is
 # the stored run; yours should print the same losses:

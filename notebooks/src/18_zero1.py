@@ -28,7 +28,7 @@ import torch.nn.functional as F
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
 from dpcourse import examples, exercises, quiz
-from dpcourse.ddp.launcher import backend_for
+from dpcourse.ddp.processes.launcher import backend_for
 from dpcourse.sharded import ranks, zero1
 from dpcourse.viz.shards import shard_layout
 
@@ -38,7 +38,7 @@ print({f"{n} ranks": backend_for(n) for n in (2, 3, 4)})
 # ## The model, the data and the oracle
 # The running MLP, widened and deepened a little, `examples.mlp(ranks.WIDTHS)`: its parameter count is not a
 # multiple of 2, 3 or 4, so the ranks' shards below are never all the same size. Every step trains on a batch
-# of 24 samples from `ddp.lesson.data`; on n ranks, rank r takes the r-th contiguous 24/n of them, its loss is
+# of 24 samples from `ddp.example.data`; on n ranks, rank r takes the r-th contiguous 24/n of them, its loss is
 # the mean squared error over its own samples, and the ranks average their gradients, as DDP does. That makes
 # every step equal to one step on the whole batch on one device (lesson 10), which `ranks.one_device` runs with
 # `torch.optim.Adam`: the oracle every run below is compared with.
@@ -190,7 +190,7 @@ for n, results in runs.items():
 # of its whole tensor: the tensor all-reduced, the all-gather's whole output (`ranks.collective_sizes`). DDP's
 # reducer calls its all-reduces from C++ (`torch/csrc/distributed/c10d/reducer.cpp`), where that record cannot
 # see them: the run below trained DDP for 3 steps, then ZeRO-1 for 3, and only ZeRO-1's collectives were
-# recorded. DDP's buckets report their size instead (`ddp.memory.bucket_bytes`), and every step it all-reduces
+# recorded. DDP's buckets report their size instead (`ddp.demos.memory.bucket_bytes`), and every step it all-reduces
 # each of them once. On 4 ranks:
 
 # %%
@@ -202,7 +202,7 @@ print("DDP, one step: all-reduce of its buckets,", runs[4][0]["ddp"]["bucket_byt
 # %% [markdown]
 # ZeRO-1 all-reduces the same gradient as DDP, then all-gathers the whole parameter vector (padded). How many
 # bytes does each rank send for them? That depends on the backend's algorithm, which runs inside gloo or NCCL,
-# where `dpcourse.ddp.traffic` cannot count it. **A prediction**, if both ran as rings (lesson 13, where the
+# where `dpcourse.ddp.processes.traffic` cannot count it. **A prediction**, if both ran as rings (lesson 13, where the
 # ring all-reduce's bytes were counted): an all-reduce of S bytes sends 2(n − 1)/n · S per rank, an all-gather
 # of an output of S bytes (n − 1)/n · S, the all-reduce's second half.
 

@@ -27,7 +27,7 @@ import torch.nn.functional as F
 from IPython.display import display
 
 from dpcourse import examples, exercises, quiz
-from dpcourse.ddp.launcher import backend_for
+from dpcourse.ddp.processes.launcher import backend_for
 from dpcourse.sharded import ranks, zero2, zero2_measure
 from dpcourse.viz.zero2 import gradient_bytes
 
@@ -51,7 +51,7 @@ print(f"{sum(numels)} values in all")
 # ## Reduce-scatter in backward, bucket by bucket
 # DDP does not wait for backward to end before it all-reduces: it groups the parameters into buckets and
 # all-reduces a bucket as soon as backward has produced all of its gradients (lesson 10's `GradientBuckets`,
-# `dpcourse/ddp/reducer.py`). ZeRO-2 uses the same machinery with a reduce-scatter in the all-reduce's place
+# `dpcourse/ddp/implementations/reducer.py`). ZeRO-2 uses the same machinery with a reduce-scatter in the all-reduce's place
 # (`dpcourse/sharded/zero2.py`, `Zero2`):
 #
 # 1. **Buckets, DDP's rule.** In `parameters()` order, a bucket closes once it holds at least the bucket size;

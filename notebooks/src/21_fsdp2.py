@@ -33,7 +33,7 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 
 from dpcourse import exercises, quiz
-from dpcourse.ddp.launcher import backend_for
+from dpcourse.ddp.processes.launcher import backend_for
 from dpcourse.memory import MLP
 from dpcourse.sharded import checkpoint_sharded, practice, ranks, side_by_side
 

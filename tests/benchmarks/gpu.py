@@ -13,7 +13,7 @@ import torch.distributed as dist
 from torch import nn
 
 import dpcourse
-from dpcourse.ddp.launcher import launch
+from dpcourse.ddp.processes.launcher import launch
 from dpcourse.timing import Sample, cuda_seconds, interleaved, wall_time
 from dpcourse.workloads import ModelToTime
 

@@ -12,7 +12,8 @@ WAIT = 3.0  # seconds: the ranks of the blocking version are stopped after this 
 
 def blocking_sends_wait() -> Outcome:
     """3 gloo ranks each ``dist.send`` 10 values to the right, then ``dist.recv`` from the left; then with ``isend``."""
-    from dpcourse.ddp import WorkerError, pointtopoint
+    from dpcourse.ddp import WorkerError
+    from dpcourse.ddp.demos import pointtopoint
 
     try:
         received, what = pointtopoint.pass_right(3, blocking=True, timeout=WAIT, backend="gloo"), "finished"
@@ -39,7 +40,7 @@ def blocking_sends_wait() -> Outcome:
 
 def reduce_leaves_partial_sums() -> Outcome:
     """``dist.reduce(x, dst=0)`` on 3 gloo ranks; compare rank 2's tensor afterwards with its input and the sum."""
-    from dpcourse.ddp import collectives
+    from dpcourse.ddp.demos import collectives
 
     moved = collectives.collectives(3, ("reduce",), backend="gloo")["reduce"]
     before, after, total = moved.before[2], moved.after[2], moved.after[0]
@@ -58,7 +59,7 @@ def reduce_leaves_partial_sums() -> Outcome:
 
 def ring_bytes_as_ranks_grow() -> Outcome:
     """Ring all-reduce of 4,800 bytes on 2 and on 4 ranks: the bytes every rank sent, counted."""
-    from dpcourse.ddp import compare
+    from dpcourse.ddp.demos import compare
 
     nbytes = 4_800
     runs = compare.compare(numels=(nbytes // 4,), world_sizes=(2, 4), repeats=1)

@@ -9,7 +9,7 @@ import torch
 
 from dpcourse import accumulation, examples
 from dpcourse.data_parallel import DataParallel
-from dpcourse.ddp.accumulation import compare_schedules
+from dpcourse.ddp.demos.accumulation import compare_schedules
 from dpcourse.devices import devices as choose_devices
 from dpcourse.trace import trace
 

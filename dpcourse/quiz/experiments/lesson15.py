@@ -4,7 +4,7 @@ Each runs the real thing and counts bytes with ``dpcourse.memory`` (see ``experi
 """
 
 from dpcourse import memory, viz
-from dpcourse.ddp import memory as ddp_memory
+from dpcourse.ddp.demos import memory as ddp_memory
 from dpcourse.memory import MIB, MLP, Setup
 
 from ..outcome import Outcome, only_true

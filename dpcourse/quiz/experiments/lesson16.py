@@ -8,7 +8,7 @@ from collections.abc import Callable
 import torch
 
 from dpcourse import examples, precision
-from dpcourse.ddp.compression import compression
+from dpcourse.ddp.demos.compression import compression
 
 from ..lab import error_summary, raised_by
 from ..outcome import Outcome, only_true

@@ -3,7 +3,7 @@
 See ``experiments`` for how an experiment reports its ``Outcome``.
 """
 
-from dpcourse.ddp import batchnorm, sampling, uneven, unused
+from dpcourse.ddp.demos import batchnorm, sampling, uneven, unused
 
 from ..lab import raised_by
 from ..outcome import Outcome, only_true

@@ -41,7 +41,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from ..devices import usable_gpus
+from ...devices import usable_gpus
 
 TIMEOUT = datetime.timedelta(seconds=30)
 

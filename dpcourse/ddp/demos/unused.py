@@ -24,8 +24,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from .launcher import device, launch
-from .lesson import data, loss_fn, model, wrap
+from ..example import data, loss_fn, model, wrap
+from ..processes.launcher import device, launch
 
 
 class TwoHeads(nn.Module):

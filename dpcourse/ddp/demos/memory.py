@@ -18,8 +18,8 @@ from dpcourse.examples import loss_fn
 from dpcourse.memory.accounting import Breakdown, SavedTensors, device_bytes, state_tensors, storage_bytes
 from dpcourse.memory.workload import Setup, make_optimizer
 
-from .launcher import device, launch
-from .lesson import shard, wrap
+from ..example import shard, wrap
+from ..processes.launcher import device, launch
 
 
 def bucket_bytes(ddp_model: torch.nn.Module) -> int:

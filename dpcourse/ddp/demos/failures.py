@@ -19,7 +19,7 @@ import time
 import torch
 import torch.distributed as dist
 
-from .launcher import launch
+from ..processes.launcher import launch
 
 
 def _crash(how: str, failing_rank: int) -> int:

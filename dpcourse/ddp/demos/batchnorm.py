@@ -14,9 +14,9 @@ from torch import nn
 
 from dpcourse import examples
 
-from .launcher import device, launch
-from .lesson import data, flat_weights, loss_fn, max_diff, wrap
-from .syncbn import SyncBatchNorm1d, global_stats
+from ..example import data, flat_weights, loss_fn, max_diff, wrap
+from ..implementations.syncbn import SyncBatchNorm1d, global_stats
+from ..processes.launcher import device, launch
 
 KINDS = {"per-replica BatchNorm1d": nn.BatchNorm1d, "SyncBatchNorm1d": SyncBatchNorm1d}
 

@@ -24,8 +24,8 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from .launcher import device, launch
-from .lesson import data, flat_weights, loss_fn, max_diff, model, shard, wrap
+from ..example import data, flat_weights, loss_fn, max_diff, model, shard, wrap
+from ..processes.launcher import device, launch
 
 
 def _train(ddp_model: torch.nn.Module, optimizer: torch.optim.Optimizer, steps: int, batch: int = 8) -> None:

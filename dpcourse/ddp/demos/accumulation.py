@@ -19,9 +19,9 @@ import torch
 import torch.distributed as dist
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
-from ..accumulation import RULES, weight
-from .launcher import device, launch
-from .lesson import data, flat_grad, loss_fn, model, single_device, wrap
+from ...accumulation import RULES, weight
+from ..example import data, flat_grad, loss_fn, model, single_device, wrap
+from ..processes.launcher import device, launch
 
 SCHEDULES = {
     "every micro-step": "forward and backward as usual: every backward all-reduces",

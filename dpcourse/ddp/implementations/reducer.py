@@ -27,8 +27,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from .launcher import device, launch
-from .lesson import data, flat_grad, loss_fn, model, shard, wrap
+from ..example import data, flat_grad, loss_fn, model, shard, wrap
+from ..processes.launcher import device, launch
 
 
 class GradientBuckets:

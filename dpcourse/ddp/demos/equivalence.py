@@ -15,8 +15,8 @@ from collections.abc import Sequence
 import torch
 import torch.distributed as dist
 
-from .launcher import device, launch
-from .lesson import data, flat_grad, flat_weights, loss_fn, max_diff, model, shard, single_device, wrap
+from ..example import data, flat_grad, flat_weights, loss_fn, max_diff, model, shard, single_device, wrap
+from ..processes.launcher import device, launch
 
 
 def _row(name: str, values: torch.Tensor) -> str:

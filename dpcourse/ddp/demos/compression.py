@@ -24,8 +24,8 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
 from dpcourse.precision import gradient_errors
 
-from .launcher import device, launch
-from .lesson import data, flat_grad, loss_fn, model, shard, wrap
+from ..example import data, flat_grad, loss_fn, model, shard, wrap
+from ..processes.launcher import device, launch
 
 Hook = Callable[[dist.ProcessGroup | None, dist.GradBucket], torch.futures.Future[torch.Tensor]]
 HOOKS = ("none", "fp16_compress_hook", "bf16, dpcourse's copy")  # what ``compression()`` compares by default

@@ -25,8 +25,8 @@ import torch
 import torch.distributed as dist
 from torch.nn.utils import vector_to_parameters
 
-from .launcher import device, launch
-from .lesson import data, flat_weights, loss_fn, model, wrap
+from ..example import data, flat_weights, loss_fn, model, wrap
+from ..processes.launcher import device, launch
 
 MODES = ("no join", "join", "join, divide by ranks left")
 LR = 0.1

@@ -29,12 +29,12 @@ import torch
 import torch.distributed as dist
 from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
 
-from ..data_parallel import DataParallel
-from ..devices import devices
-from ..timing import StepTimes, synchronized_clock, timed_step
-from ..trace import Span, Trace, bytes_of, trace
-from .launcher import device, launch
-from .lesson import data, loss_fn, model, shard, wrap
+from ...data_parallel import DataParallel
+from ...devices import devices
+from ...timing import StepTimes, synchronized_clock, timed_step
+from ...trace import Span, Trace, bytes_of, trace
+from ..example import data, loss_fn, model, shard, wrap
+from ..processes.launcher import device, launch
 
 LEARNING_RATE = 0.1
 

@@ -16,7 +16,7 @@ from dpcourse import examples, exercises, quiz
 # %% [markdown]
 # ## The running example
 # Every lesson parallelises the same small model and batch, so numbers can be compared across lessons:
-# a 2-layer MLP (8 → 16 → 4) and a batch of 10 samples. Both are seeded (`dpcourse/examples.py`), and both go
+# a 2-layer MLP (8 → 16 → 4) and a batch of 10 samples. Both are seeded (`dpcourse/examples/`), and both go
 # to `devices[0]`, the first of the devices DataParallel will use (on a GPU machine `cuda:0`; more below).
 
 # %%

@@ -28,7 +28,7 @@ x, y = examples.make_batch(10, device=devices[0])
 # ## A training loop
 # `examples.train` is an ordinary loop: 20 steps on fresh seeded batches of 10 (zero_grad, forward, loss,
 # backward, step), where the step is `torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)`'s update written
-# out in `dpcourse/examples.py` (a test checks the two agree; the first torch optimizer a process creates
+# out in `dpcourse/examples/oracle.py` (a test checks the two agree; the first torch optimizer a process creates
 # imports `torch._dynamo`, torch's compiler, which this lesson does not need). Give it DataParallel on 3
 # devices, then the oracle:
 

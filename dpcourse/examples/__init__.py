@@ -1,0 +1,38 @@
+"""The course's running example: one small model, one batch, and the single-device oracle to compare with.
+
+Every lesson parallelises the same training step, so the numbers can be compared from lesson to lesson:
+
+    devices = dpcourse.devices(3)
+    model = examples.make_model().to(devices[0])         # Linear(8, 16) -> ReLU -> Linear(16, 4), seeded
+    x, y = examples.make_batch(10, device=devices[0])    # 10 samples, 8 features, 4 classes, seeded
+    loss = examples.loss_fn(model(x), y)                 # cross-entropy, mean over the batch
+
+The model goes to ``devices[0]`` before DataParallel wraps it, as torch requires: on a GPU machine
+``devices[0]`` is ``cuda:0``; with CPU devices the move costs nothing.
+
+The oracle is the same step on one device with the whole batch: DataParallel is correct exactly when its
+outputs, gradients and weights match it.
+"""
+
+from .data import loss_fn, make_batch
+from .demo_modules import ChunkMean, CountingNet, LossInside
+from .model import CLASSES, FEATURES, HIDDEN, make_model, mlp
+from .oracle import max_grad_difference, max_weight_difference, sgd_step, train, twin
+
+__all__ = [
+    "CLASSES",
+    "FEATURES",
+    "HIDDEN",
+    "ChunkMean",
+    "CountingNet",
+    "LossInside",
+    "loss_fn",
+    "make_batch",
+    "make_model",
+    "max_grad_difference",
+    "max_weight_difference",
+    "mlp",
+    "sgd_step",
+    "train",
+    "twin",
+]

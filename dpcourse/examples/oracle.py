@@ -1,0 +1,55 @@
+"""The single-device oracle: the same step on one device, and how far a parallel run is from it."""
+
+import copy
+
+import torch
+from torch import nn
+
+from .data import loss_fn, make_batch
+
+
+def twin(model: nn.Module) -> nn.Module:
+    """An independent copy with the same weights, to run the oracle beside the parallel version."""
+    return copy.deepcopy(model)
+
+
+def max_grad_difference(a: nn.Module, b: nn.Module) -> float:
+    """The largest absolute difference between the two models' parameter gradients (0.0 = identical)."""
+    return max((pa.grad - pb.grad).abs().max().item() for pa, pb in zip(a.parameters(), b.parameters(), strict=True))
+
+
+def max_weight_difference(a: nn.Module, b: nn.Module) -> float:
+    """The largest absolute difference between the two models' parameters."""
+    return max((pa - pb).abs().max().item() for pa, pb in zip(a.parameters(), b.parameters(), strict=True))
+
+
+def sgd_step(model: nn.Module, lr: float, momentum: float = 0.0, velocities: list[torch.Tensor] | None = None) -> None:
+    """``torch.optim.SGD(lr=lr, momentum=momentum)``'s update, written out (a test checks they agree).
+
+    The first construction of a torch optimizer imports torch._dynamo, about 2 s that a lesson or a widget
+    click cannot spare. ``velocities`` holds one momentum buffer per parameter, kept by the caller.
+    """
+    with torch.no_grad():
+        for i, p in enumerate(model.parameters()):
+            step = p.grad
+            if velocities is not None:
+                step = velocities[i].mul_(momentum).add_(p.grad)
+            p -= lr * step
+
+
+def train(model: nn.Module, steps: int = 20, batch: int = 10, lr: float = 0.1, momentum: float = 0.9) -> list[float]:
+    """``steps`` of SGD with momentum on fresh seeded batches; returns the losses. Works for DataParallel too.
+
+    The batches go where the model's parameters are (for DataParallel, ``devices[0]``).
+    """
+    velocities = [torch.zeros_like(p) for p in model.parameters()]
+    device = next(model.parameters()).device
+    losses = []
+    for step in range(steps):
+        x, y = make_batch(batch, seed=100 + step, device=device)
+        model.zero_grad()
+        loss = loss_fn(model(x), y)
+        loss.backward()
+        sgd_step(model, lr, momentum, velocities)
+        losses.append(loss.item())
+    return losses

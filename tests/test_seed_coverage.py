@@ -43,7 +43,7 @@ OUTLINE: dict[str, list[str]] = {
     ],
     "03_replicate": [
         "A replica is a shallow copy",
-        "Parameters become non-leaf copies",
+        "A replica's parameters",
         "Which replicas share the original's tensors",
         "Plain attributes changed in forward",
         "BatchNorm under DataParallel",
@@ -71,7 +71,7 @@ OUTLINE: dict[str, list[str]] = {
     "07_end_to_end": [
         "A training loop",
         "Checkpoints",
-        "The model must be on devices[0]",
+        "Where the model lives",
         "output_device",
         "Batches that chunk unluckily",
         "RNNs and packed sequences",

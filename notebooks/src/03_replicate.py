@@ -30,7 +30,7 @@ replicas = dpcourse.replicate(model, devices)
 print(len(replicas), "replicas; marked as replicas:", [r._is_replica for r in replicas])
 
 # %% [markdown]
-# ## Parameters become non-leaf copies
+# ## A replica's parameters
 # In training, with grad mode on (the default), the copies come out of `Broadcast`, an autograd Function.
 # What does a replica's `self.parameters()` yield then? Predict:
 

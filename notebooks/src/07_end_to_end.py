@@ -101,7 +101,7 @@ print("torch.nn.DataParallel keys:", list(torch.nn.DataParallel(examples.make_mo
 # Save `dp.module.state_dict()` every time, and the checkpoint loads anywhere.
 
 # %% [markdown]
-# ## The model must be on devices[0]
+# ## Where the model lives
 # The master parameters live on `devices[0]`, and replica 0 computes with them directly (lesson 03); the
 # other replicas are copied from there at every forward:
 

@@ -41,6 +41,29 @@ def test_mlp_rejects_widths_it_cannot_build():
         examples.mlp((8,))
 
 
+def test_mlp_spec_builds_what_mlp_builds_and_counts_its_parameters():
+    spec = examples.MLP([8, 32, 32, 4], batchnorm=True)
+    assert spec.widths == (8, 32, 32, 4) and spec == examples.MLP((8, 32, 32, 4), batchnorm=True)
+    built = spec.build(seed=3)
+    assert examples.max_weight_difference(built, examples.mlp((8, 32, 32, 4), seed=3, batchnorm=True)) == 0.0
+    assert spec.parameters == sum(p.numel() for p in built.parameters())
+    assert examples.MLP((8, 16, 4)).parameters == 8 * 16 + 16 + 16 * 4 + 4
+
+
+def test_mlp_spec_batch_is_the_running_examples_batch_for_its_widths():
+    x, y = examples.MLP((8, 16, 4)).batch(10, seed=1)
+    expected_x, expected_y = examples.make_batch(10, seed=1)
+    assert torch.equal(x, expected_x) and torch.equal(y, expected_y)
+    x, y = examples.MLP((5, 7, 3)).batch(6, seed=0, device="cpu")
+    assert x.shape == (6, 5) and y.shape == (6,) and int(y.max()) < 3
+
+
+@pytest.mark.parametrize("widths", [(8,), (8, 0, 4), (8, 2.5, 4), (8, True, 4)])
+def test_mlp_spec_names_the_widths_it_cannot_build(widths):
+    with pytest.raises(ValueError, match=r"widths=.* must be 2 or more whole numbers >= 1"):
+        examples.MLP(widths)
+
+
 def test_data_parallel_training_matches_the_oracle():
     model = examples.make_model()
     oracle = examples.twin(model)

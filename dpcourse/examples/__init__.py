@@ -16,13 +16,14 @@ outputs, gradients and weights match it.
 
 from .data import loss_fn, make_batch
 from .demo_modules import ChunkMean, CountingNet, LossInside
-from .model import CLASSES, FEATURES, HIDDEN, make_model, mlp
+from .model import CLASSES, FEATURES, HIDDEN, MLP, make_model, mlp
 from .oracle import max_grad_difference, max_weight_difference, sgd_step, train, twin
 
 __all__ = [
     "CLASSES",
     "FEATURES",
     "HIDDEN",
+    "MLP",
     "ChunkMean",
     "CountingNet",
     "LossInside",

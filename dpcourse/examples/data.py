@@ -3,7 +3,7 @@
 import torch
 from torch import nn
 
-from .model import CLASSES, FEATURES
+from .model import RUNNING_EXAMPLE
 
 
 def make_batch(
@@ -14,12 +14,7 @@ def make_batch(
     Drawn on the CPU (the same numbers on every machine), then moved: ``make_batch(10, device=devices[0])``
     puts both where DataParallel gathers its outputs, so the loss meets its targets on one device.
     """
-    generator = torch.Generator().manual_seed(seed)
-    x = torch.randn(batch, FEATURES, generator=generator)
-    y = torch.randint(0, CLASSES, (batch,), generator=generator)
-    if device is None:
-        return x, y
-    return x.to(device), y.to(device)
+    return RUNNING_EXAMPLE.batch(batch, seed, device)
 
 
 def loss_fn(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:

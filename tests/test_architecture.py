@@ -62,3 +62,18 @@ def test_no_module_of_the_package_goes_through_the_dpcourse_facade():
     graph = __import__("grimp").build_graph("dpcourse")
     through_facade = sorted(m for m in graph.modules if "dpcourse" in graph.find_modules_directly_imported_by(m))
     assert not through_facade, f"import the module, not the facade: {through_facade}"
+
+
+def test_the_ddp_rooms_import_only_downwards():
+    # dpcourse/ddp/: demos (a lesson's measurement) use the implementations (DDP written small) and the rank
+    # apparatus (processes); the implementations use the apparatus; the apparatus uses neither.
+    graph = __import__("grimp").build_graph("dpcourse")
+    rooms = ["demos", "implementations", "processes"]
+    wrong = []
+    for index, room in enumerate(rooms):
+        above = rooms[:index]
+        for module in graph.find_descendants(f"dpcourse.ddp.{room}"):
+            for imported in graph.find_modules_directly_imported_by(module):
+                if any(imported.startswith(f"dpcourse.ddp.{higher}") for higher in above):
+                    wrong.append(f"{module} -> {imported}")
+    assert not wrong, f"a lower room of dpcourse/ddp/ imports a higher one: {wrong}"

@@ -1,5 +1,6 @@
 """Layering, checked by import-linter with the contracts in pyproject.toml (not by reading source text)."""
 
+import ast
 import os
 import shutil
 import subprocess
@@ -40,7 +41,8 @@ def _planted(tmp_path: Path, module: str, line: str) -> subprocess.CompletedProc
 
 def test_an_import_inside_a_function_that_closes_a_cycle_breaks_the_contract(tmp_path):
     # The memory <-> ddp cycle once hid this way: measure.py imported dpcourse.ddp.demos.memory inside a function.
-    result = _planted(tmp_path, "memory/measure.py", "\ndef _hidden():\n    from dpcourse.ddp.demos import memory  # noqa\n")
+    hidden = "\ndef _hidden():\n    from dpcourse.ddp.demos import memory  # noqa\n"
+    result = _planted(tmp_path, "memory/measure.py", hidden)
     assert result.returncode != 0
     assert "dpcourse.memory.measure -> dpcourse.ddp.demos.memory" in result.stdout
 
@@ -77,3 +79,18 @@ def test_the_ddp_rooms_import_only_downwards():
                 if any(imported.startswith(f"dpcourse.ddp.{higher}") for higher in above):
                     wrong.append(f"{module} -> {imported}")
     assert not wrong, f"a lower room of dpcourse/ddp/ imports a higher one: {wrong}"
+
+
+def test_no_test_module_imports_another():
+    # Shared helpers live in helper modules (tests/helpers.py, tests/figure_checks.py, ...), so a test module can
+    # change or move without breaking another.
+    tests = Path(__file__).parent
+    wrong = []
+    for path in sorted(tests.rglob("test_*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [alias.name for alias in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module]
+            wrong += [f"{path.relative_to(tests)} imports {name}" for name in names
+                      if name.rsplit(".", 1)[-1].startswith("test_")]
+    assert not wrong, wrong

@@ -7,16 +7,11 @@
 - a learner's function that raises shows one line, "raised X: message", never a traceback.
 """
 
-import ast
 import importlib
-import linecache
 import math
-import re
 import threading
 from collections.abc import Callable
-from pathlib import Path
 
-import jupytext
 import pytest
 import torch
 import torch.distributed as dist
@@ -26,46 +21,9 @@ from dpcourse import examples, exercises, precision
 from dpcourse.exercises import registry
 from dpcourse.exercises.check import FAILED, NOT_ATTEMPTED, PASSED, run
 from tests.helpers import one_thread_each
+from tests.lesson_solutions import SOURCES, lesson_solutions
 
-SOURCES = Path(__file__).parent.parent / "notebooks" / "src"
-LESSON_IMPORTS = "import torch\nfrom torch import nn\nimport dpcourse\nfrom dpcourse import examples\n"
-
-
-def _imports(notebook) -> str:
-    """The lesson's own top-level import statements (a solution may use `threading`, say)."""
-    lines = []
-    for cell in notebook.cells:
-        if cell.cell_type != "code":
-            continue
-        for node in ast.parse(cell.source).body:
-            if isinstance(node, (ast.Import, ast.ImportFrom)):
-                lines.append(ast.unparse(node))
-    return "\n".join(lines) + "\n"
-
-
-def _lesson_solutions() -> tuple[dict[str, Callable], dict[str, str]]:
-    """Each marked solution function in the lesson sources, by name, and the source file it is in."""
-    solutions, lessons = {}, {}
-    for path in sorted(SOURCES.glob("*.py")):
-        if path.name.startswith("12"):  # the capstone's pieces: see test_capstone.py
-            continue
-        notebook = jupytext.read(path)
-        imports = _imports(notebook)
-        for cell in notebook.cells:
-            if "solution" not in cell.metadata.get("tags", []) or "### BEGIN SOLUTION" not in cell.source:
-                continue
-            name = re.search(r"^def (\w+)\(", cell.source, re.M).group(1)
-            namespace: dict = {}
-            # Kept where inspect.getsource finds it, as IPython keeps a cell's code: lesson 13's checks send a
-            # solution to other processes as its source.
-            code, filename = LESSON_IMPORTS + imports + cell.source, f"<{path.stem}: {name}>"
-            linecache.cache[filename] = (len(code), None, code.splitlines(True), filename)
-            exec(compile(code, filename, "exec"), namespace)
-            solutions[name], lessons[name] = namespace[name], path.name
-    return solutions, lessons
-
-
-SOLUTIONS, LESSONS = _lesson_solutions()
+SOLUTIONS, LESSONS = lesson_solutions()
 # The capstone's six pieces are tested in test_capstone.py, with its own planted mistakes.
 NAMES = sorted(name for name in registry.EXERCISES if not name.startswith("capstone_"))
 

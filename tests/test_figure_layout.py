@@ -10,9 +10,7 @@ import itertools
 import ipywidgets
 import pytest
 import torch
-from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
-from matplotlib.text import Text
 
 import dpcourse
 from dpcourse import accumulation, examples, memory, precision, viz, widgets
@@ -28,9 +26,9 @@ from dpcourse.viz.gallery import FIGURES as GALLERY
 from dpcourse.viz.gallery import example_trace
 from dpcourse.viz.timeline_canvas import TimelineCanvas
 from dpcourse.widgets import timeline as widgets_timeline
+from tests.figure_checks import problems
 from tests.helpers import narrow_spans, scaled
 
-TOLERANCE_PX = 1.0  # anti-aliasing: boxes that only touch are not an overlap
 on_ranks = functools.cache(collectives.collectives)  # one launch of real ranks for lesson 13's five figures
 
 CASES = {
@@ -99,43 +97,6 @@ def _synthetic_compression() -> Compression:
         grads[(multiplier, "fp16_compress_hook")] = (exact * multiplier).half().float()
         grads[(multiplier, "bf16, dpcourse's copy")] = (exact * multiplier).bfloat16().float()
     return Compression(grads, ranks_agree=True, bf16_compress_hook="refused")
-
-
-def drawn_texts(fig: Figure) -> list[Text]:
-    """Every non-empty, visible text the canvas draws: titles, labels, tick labels in view, legends, annotations."""
-    tick_labels, shown = set(), set()
-    for ax in fig.axes:
-        for axis in (ax.xaxis, ax.yaxis):
-            low, high = sorted(axis.get_view_interval())
-            for tick in axis.get_major_ticks() + axis.get_minor_ticks():
-                tick_labels |= {tick.label1, tick.label2}
-                if low - 1e-9 * (high - low) <= tick.get_loc() <= high + 1e-9 * (high - low):  # ticks in view only
-                    shown |= {tick.label1, tick.label2}
-    return [
-        text
-        for text in fig.findobj(Text)
-        if text.get_visible() and text.get_text().strip() and (text not in tick_labels or text in shown)
-    ]
-
-
-def problems(fig: Figure) -> list[str]:
-    if not isinstance(fig.canvas, FigureCanvasAgg):  # a figure made without pyplot has a bare canvas,
-        FigureCanvasAgg(fig)  # with no renderer to measure text; a kept one (viz.redraw) is drawn in place
-    fig.canvas.draw()
-    renderer = fig.canvas.get_renderer()
-    canvas = fig.bbox
-    boxes = [(text, text.get_window_extent(renderer)) for text in drawn_texts(fig)]
-    found = []
-    for text, box in boxes:
-        if (box.x0 < canvas.x0 - TOLERANCE_PX or box.y0 < canvas.y0 - TOLERANCE_PX
-                or box.x1 > canvas.x1 + TOLERANCE_PX or box.y1 > canvas.y1 + TOLERANCE_PX):
-            found.append(f"{text.get_text()!r} leaves the canvas")
-    for (a, box_a), (b, box_b) in itertools.combinations(boxes, 2):
-        overlap_x = min(box_a.x1, box_b.x1) - max(box_a.x0, box_b.x0)
-        overlap_y = min(box_a.y1, box_b.y1) - max(box_a.y0, box_b.y0)
-        if overlap_x > TOLERANCE_PX and overlap_y > TOLERANCE_PX:
-            found.append(f"{a.get_text()!r} overlaps {b.get_text()!r}")
-    return found
 
 
 @pytest.mark.parametrize("name", CASES)

@@ -15,7 +15,7 @@ from dpcourse.quiz.bank import load_lesson
 from dpcourse.sharded import checkpoint_sharded, practice, ranks, zero_optimizer
 from dpcourse.sharded.zero1 import shard_range
 from tests import fsdp2_mistakes as mistakes
-from tests.test_exercises import SOLUTIONS
+from tests.lesson_solutions import solution
 
 pytestmark = pytest.mark.lesson21
 
@@ -262,7 +262,7 @@ MISTAKES = {
 
 @pytest.mark.parametrize("name", MISTAKES)
 def test_the_lessons_solution_passes(name):
-    report = exercises.check(name, SOLUTIONS[name])
+    report = exercises.check(name, solution(name))
     assert report.status == PASSED, repr(report)
 
 

@@ -20,7 +20,7 @@ from dpcourse.quiz.bank import load_lesson
 from dpcourse.sharded import ranks, zero1
 from dpcourse.viz.shards import shard_layout
 from tests import zero1_programs as programs
-from tests.test_figure_layout import problems
+from tests.figure_checks import problems
 
 pytestmark = pytest.mark.lesson18
 

@@ -17,8 +17,8 @@ from dpcourse.quiz import run_experiment
 from dpcourse.quiz.bank import load_lesson
 from dpcourse.sharded import ranks, zero1, zero2, zero2_measure
 from dpcourse.viz.zero2 import gradient_bytes
-from tests.test_exercises import SOLUTIONS
-from tests.test_figure_layout import problems
+from tests.figure_checks import problems
+from tests.lesson_solutions import solution
 
 pytestmark = pytest.mark.lesson19
 
@@ -243,7 +243,7 @@ MISTAKES = {
 
 @pytest.mark.parametrize("name", MISTAKES)
 def test_the_lessons_solution_passes(name):
-    assert exercises.check(name, SOLUTIONS[name]).status == PASSED
+    assert exercises.check(name, solution(name)).status == PASSED
 
 
 @pytest.mark.parametrize(("name", "mistake"), [(name, mistake) for name in MISTAKES for mistake in MISTAKES[name]])

@@ -20,7 +20,7 @@ from dpcourse.quiz import find_question, run_experiment
 from dpcourse.sharded import ranks, rings, zero3, zero3_measure
 from dpcourse.sharded.zero1 import shard_range
 from dpcourse.viz.zero3 import zero3_memory
-from tests.test_figure_layout import problems
+from tests.figure_checks import problems
 
 pytestmark = pytest.mark.lesson20
 SOURCE = Path(__file__).parent.parent / "notebooks" / "src" / "20_zero3.py"

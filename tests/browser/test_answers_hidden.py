@@ -3,7 +3,7 @@
 Each lesson of the student edition, copied and trusted by ``python -m dpcourse.open`` as a learner's are, is
 opened fresh in Chromium and then run top to bottom (Run All), in a kernel as a learner's: without
 ``$DPCOURSE_REVEAL``, so that ``quiz.reveal`` hides its results. Both times, no output of the page shows the
-giveaway text of a quiz the lesson asks (``CLUES`` in tests/test_predictions_hidden.py), and after Run All every
+giveaway text of a quiz the lesson asks (``CLUES`` in tests/answer_clues.py), and after Run All every
 ``reveals-answer`` cell shows its placeholder. Then one quiz is answered, and its result appears under its
 cell; where the lesson has another reveal, its *Show the result without answering* button shows that one.
 """
@@ -18,13 +18,13 @@ import nbformat
 import pytest
 from browser_setup import ARTIFACTS, TIMINGS
 from lab_notebook import PANEL, LabNotebook, stored_widget_views
+from lab_server import CourseLab
 from playwright.sync_api import Page, expect
-from test_first_open import CourseLab
 
 from dpcourse import course
 from dpcourse.quiz import find_question
 from dpcourse.quiz.reveal import MODE_VARIABLE, PLACEHOLDER, SHOW
-from tests.test_predictions_hidden import CLUES, cell_text, questions_of, revealed
+from tests.answer_clues import CLUES, cell_text, questions_of, revealed
 
 pytestmark = pytest.mark.browser
 

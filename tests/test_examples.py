@@ -7,6 +7,7 @@ from torch import nn
 import dpcourse
 from dpcourse import examples
 from dpcourse.ddp import example as ddp_example
+from dpcourse.examples.demo_modules import BufferCountingNet
 
 
 def test_model_and_batch_are_seeded():
@@ -90,6 +91,16 @@ def test_counting_net_loses_its_counter_but_not_its_list():
     net = examples.CountingNet()
     dpcourse.DataParallel(net, devices=dpcourse.devices(2))(torch.randn(6, 3))
     assert net.calls == 0 and sorted(net.seen) == [3, 3]
+
+
+@pytest.mark.parametrize(("devices", "calls", "rows"), [(1, 3, 24), (4, 0, 6)])
+def test_buffer_counting_net_counts_forwards_in_a_buffer_and_rows_only_of_replica_0(devices, calls, rows):
+    net = BufferCountingNet(features=2)
+    dp = dpcourse.DataParallel(net, devices=dpcourse.devices(devices))
+    for _ in range(3):
+        dp(torch.randn(8, 2))
+    assert (net.calls, net.forwards.item(), net.rows.item()) == (calls, 3, rows)
+    assert "forwards" not in dict(examples.CountingNet().named_buffers())  # lesson 03's map keeps its exercise
 
 
 def test_loss_inside_returns_one_mean_loss_per_replica_chunk():

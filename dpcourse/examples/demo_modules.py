@@ -1,4 +1,4 @@
-"""Small modules that make one DataParallel behaviour visible: a call counter, a chunk's mean, a loss inside forward."""
+"""Small modules that make one DataParallel behaviour visible: call counters, a chunk's mean, a loss inside forward."""
 
 import torch
 from torch import nn
@@ -24,6 +24,27 @@ class CountingNet(nn.Module):
         self.calls += 1
         self.seen.append(x.shape[0])
         return self.bn(self.fc(x))
+
+
+class BufferCountingNet(CountingNet):
+    """``CountingNet`` that also counts in registered buffers, updated in place: ``forwards += 1``, ``rows += len(x)``.
+
+    The fix for the lost ``calls`` (pytorch/pytorch#2864), and lesson 03's exercise. Replica 0's buffers are the
+    model's own (``broadcast_coalesced`` returns them as they are for ``devices[0]``), so ``forwards`` counts
+    every forward on any number of devices; replicas 1, 2, ... add to copies that are thrown away, so ``rows``
+    counts only replica 0's chunks: a buffer counts calls, not data (lesson 11). Lesson 03's ``CountingNet``
+    has no such buffers: its map would show the exercise's answer.
+    """
+
+    def __init__(self, features: int = 3) -> None:
+        super().__init__(features)
+        self.register_buffer("forwards", torch.zeros(()))
+        self.register_buffer("rows", torch.zeros(()))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.forwards += 1
+        self.rows += len(x)
+        return super().forward(x)
 
 
 class ChunkMean(nn.Module):

@@ -4,11 +4,11 @@ and what survives of a module's state after forwards on replicas (replicate)."""
 import warnings
 
 import torch
-from torch import nn
 
 from ..data_parallel import DataParallel
 from ..devices import devices
 from ..examples import ChunkMean
+from ..examples.demo_modules import BufferCountingNet
 from .check import Case, Exercise, equals
 
 
@@ -37,21 +37,9 @@ SCALAR_OUTPUT_SHAPE = Exercise(
 )
 
 
-class _Counts(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.calls = 0
-        self.register_buffer("forwards", torch.zeros((), dtype=torch.long))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        self.calls += 1
-        self.forwards += 1
-        return x
-
-
 def _after_forwards(k: int, n: int) -> tuple[int, int]:
     used = devices(n)
-    counts = _Counts().to(used[0])  # its buffer goes to devices[0] before wrapping, as any model's
+    counts = BufferCountingNet(features=1).to(used[0])  # its buffers go to devices[0] before wrapping, as any model's
     dp = DataParallel(counts, devices=used)
     for _ in range(k):
         dp(torch.zeros(8, 1, device=used[0]))

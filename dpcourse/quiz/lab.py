@@ -92,19 +92,6 @@ def replica_gradients(
     return [{name: g.to(first_device()) for name, g in mine.items()} for mine in per_replica]
 
 
-class Counter(nn.Module):
-    """``self.calls += 1`` on a plain int in every forward: the attribute the DataParallel docs warn about."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.linear = nn.Linear(2, 1)
-        self.calls = 0
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        self.calls += 1
-        return self.linear(x)
-
-
 def gathered_means(rows: int, n_devices: int) -> tuple[torch.Tensor, list[str]]:
     """``dp(x)`` for ``examples.ChunkMean`` on ``rows`` rows: the gathered output and the warnings it raised."""
     with caught_warnings() as warned:

@@ -4,14 +4,14 @@ itself.
 
 from dpcourse.trace import trace
 
-from ...examples import ChunkMean
-from ..lab import Counter, caught_warnings, data_parallel_over, seeded_randn
+from ...examples import ChunkMean, CountingNet
+from ..lab import caught_warnings, data_parallel_over, seeded_randn
 from ..outcome import Outcome
 
 
 def counter_on_one_device() -> Outcome:
     """With a single device DataParallel calls the module itself, so ``self.calls += 1`` counts every forward."""
-    model = Counter()
+    model = CountingNet(features=2)
     dp = data_parallel_over(model, 1)
     with trace() as recorded:
         for _ in range(3):

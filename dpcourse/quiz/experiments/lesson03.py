@@ -12,8 +12,8 @@ from dpcourse import viz
 from dpcourse.devices import devices as choose_devices
 from dpcourse.replicate import replicate
 
+from ...examples import CountingNet
 from ..lab import (
-    Counter,
     data_parallel_over,
     error_summary,
     raised_by,
@@ -26,7 +26,7 @@ from ..outcome import Outcome, only_true
 
 def counter_lost_on_two_devices() -> Outcome:
     """``self.calls += 1`` rebinds the attribute on a throwaway replica: 3 forwards on 2 devices leave it at 0."""
-    model = run_three_forwards(Counter(), 2)
+    model = run_three_forwards(CountingNet(features=2), 2)
     text = f"3 forwards on 2 devices, forward does self.calls += 1:\n  model.calls = {model.calls}"
     return Outcome(text, model.calls)
 

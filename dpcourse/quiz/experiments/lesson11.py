@@ -3,6 +3,7 @@
 import torch
 from torch import nn
 
+from ...examples.demo_modules import BufferCountingNet
 from ..lab import data_parallel_over, gathered_means, run_three_forwards, seeded_module, seeded_randn
 from ..outcome import Outcome
 
@@ -14,25 +15,9 @@ def review_nine_rows_scalar() -> Outcome:
     return Outcome(text, tuple(out.shape))
 
 
-class Tally(nn.Module):
-    """Counts forwards and rows in buffers, and forwards in a plain int."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.register_buffer("forwards", torch.zeros(()))
-        self.register_buffer("rows", torch.zeros(()))
-        self.calls = 0
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        self.forwards += 1
-        self.rows += len(x)
-        self.calls += 1
-        return x
-
-
 def review_buffer_counter() -> Outcome:
     """3 forwards of 8 rows on 4 devices: buffers keep replica 0's in-place updates, the int keeps nothing."""
-    model = run_three_forwards(Tally(), 4, rows=8)
+    model = run_three_forwards(BufferCountingNet(features=2), 4, rows=8)
     text = (
         "3 forwards, 8 rows each, 4 devices:\n"
         f"  buffer forwards += 1      -> {model.forwards.item():g}\n"

@@ -1,8 +1,9 @@
-"""Count what one rank sends and receives, point to point, and which collectives it calls.
+"""Count what one rank sends and receives, point to point, and which collectives it calls, of what size.
 
     with counted() as traffic:
         ring_all_reduce(tensor)
-    traffic.sent, traffic.received, traffic.collectives     # bytes, bytes, names of collectives called
+    traffic.sent, traffic.received, traffic.calls           # bytes, bytes, (collective, bytes) per call
+    traffic.collectives                                      # the names alone, in order
 
 Every point-to-point call of ``torch.distributed`` (``send``, ``isend``, ``recv``, ``irecv``, and
 ``batch_isend_irecv``, which calls those) ends in one method of the process group: ``group.send([tensor],
@@ -11,9 +12,11 @@ dst, tag)`` or ``group.recv([tensor], src, tag)`` (``torch/distributed/distribut
 every group in this process, whatever module-level name the caller used. The bytes are the tensors'
 payload, ``numel() * element_size()``: what an algorithm asks to move, not what the wire adds to it.
 
-Collectives run inside the backend, so their bytes cannot be counted this way; ``counted`` only records that
-one was called (``torch.distributed.all_reduce`` and its kin), which is how a check tells a hand-written
-all-reduce from a call of the real one.
+Collectives run inside the backend, so what they send cannot be counted this way: that depends on the
+backend's algorithm. ``counted`` records each call of one (``torch.distributed.all_reduce`` and its kin) with
+the size of the whole collective, the bytes of its largest tensor argument: the tensor all-reduced or
+broadcast, the full output of an all-gather (all shards), the full input of a reduce-scatter. The calls are
+how a check tells a hand-written all-reduce from a call of the real one, and the sizes what lesson 18 compares.
 """
 
 import contextlib
@@ -42,20 +45,31 @@ COLLECTIVES = (
 
 @dataclasses.dataclass
 class Traffic:
-    """Bytes this rank sent and received point to point, and the collectives it called, in order."""
+    """Bytes this rank sent and received point to point, and ``(name, bytes)`` per collective called, in order."""
 
     sent: int = 0
     received: int = 0
-    collectives: list[str] = dataclasses.field(default_factory=list)
+    calls: list[tuple[str, int]] = dataclasses.field(default_factory=list)
+
+    @property
+    def collectives(self) -> list[str]:
+        """The names of the collectives called, in order."""
+        return [name for name, _ in self.calls]
 
 
 def _payload(tensors: list[torch.Tensor]) -> int:
     return sum(t.numel() * t.element_size() for t in tensors)
 
 
+def _argument_bytes(argument: object) -> int:
+    """A collective's argument: a tensor, a list of tensors (``all_gather``'s outputs), or not data (0 bytes)."""
+    tensors = [argument] if isinstance(argument, torch.Tensor) else argument if isinstance(argument, list) else []
+    return _payload([t for t in tensors if isinstance(t, torch.Tensor)])
+
+
 @contextlib.contextmanager
 def counted() -> Iterator[Traffic]:
-    """Count this process's point-to-point bytes and collective calls inside the ``with`` block."""
+    """Count this process's point-to-point bytes and collective calls, with their sizes, inside the ``with`` block."""
     traffic = Traffic()
     group_class = dist.ProcessGroup
     # The class's own entries, put back as they were: reading ``group_class.send`` instead gives the bare
@@ -75,10 +89,17 @@ def counted() -> Iterator[Traffic]:
         traffic.received += _payload(tensors)
         return recv_anysource(group, tensors, tag)
 
+    inside = [0]  # torch 2.13's all_gather_into_tensor calls all_gather_single: record the call the program made
+
     def noting(name, function):
         def collective(*args, **kwargs):
-            traffic.collectives.append(name)
-            return function(*args, **kwargs)
+            if not inside[0]:
+                traffic.calls.append((name, max(map(_argument_bytes, [*args, *kwargs.values()]), default=0)))
+            inside[0] += 1
+            try:
+                return function(*args, **kwargs)
+            finally:
+                inside[0] -= 1
 
         return collective
 

@@ -25,7 +25,7 @@ pytestmark = pytest.mark.lesson19
 QUESTIONS = {question.id: question for question in load_lesson("19_zero2")}
 EXPECTED = ranks.one_device()
 NUMELS = [p.numel() for p in examples.mlp(ranks.WIDTHS).parameters()]
-BUCKETS = [sum(NUMELS[i] for i in bucket) for bucket in zero2.bucket_indices(NUMELS, zero2.BUCKET_BYTES // 4)]
+BUCKETS = [sum(NUMELS[i] for i in bucket) for bucket in zero2.bucket_indices(NUMELS, zero2.LESSON_BUCKET_BYTES // 4)]
 
 
 # The teaching implementation, on real ranks.

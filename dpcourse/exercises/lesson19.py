@@ -18,7 +18,7 @@ from .check import Case, Exercise
 SLOW = (f"starting the ranks and training (a few seconds); ranks that wait for each other are stopped after "
         f"{ranks.TIMEOUT:g} s")
 COURSE_NUMELS = [120, 15, 225, 15, 60, 4]  # the course model's parameters: 8 -> 15 -> 15 -> 4
-BUCKET = zero2.BUCKET_BYTES // 4  # values per bucket, float32
+BUCKET = zero2.LESSON_BUCKET_BYTES // 4  # values per bucket, float32
 
 
 def schedule(numels: list[int], bucket_numel: int) -> list[tuple[list[int], int]]:

@@ -34,7 +34,7 @@ from ..memory import storage_bytes
 from . import rings
 from .zero1 import shard_range
 
-BUCKET_BYTES = 400  # 100 float32 values: the course's 439-parameter model gets 3 buckets
+LESSON_BUCKET_BYTES = 400  # 100 float32 values: the course's 439-parameter model gets 3 buckets
 # Looked up by name when called: ``dist.reduce_scatter`` as it is then (a counting wrapper, say), or the ring's.
 COLLECTIVES = {"torch": dist, "ring": rings}
 
@@ -87,7 +87,7 @@ class Zero2:
     at each hook of this backward, in order.
     """
 
-    def __init__(self, model: nn.Module, lr: float, bucket_bytes: int = BUCKET_BYTES,
+    def __init__(self, model: nn.Module, lr: float, bucket_bytes: int = LESSON_BUCKET_BYTES,
                  collectives: str = "torch") -> None:
         if collectives not in COLLECTIVES:
             raise ValueError(f"collectives={collectives!r}: choose 'torch' (dist.reduce_scatter and dist.all_gather) "
@@ -164,7 +164,7 @@ class Zero2:
 
 
 def train(model: nn.Module, batches: Sequence[tuple[torch.Tensor, torch.Tensor]], lr: float,
-          bucket_bytes: int = BUCKET_BYTES, collectives: str = "torch") -> dict:
+          bucket_bytes: int = LESSON_BUCKET_BYTES, collectives: str = "torch") -> dict:
     """A training program for ``ranks.train_on_ranks``: ZeRO-2 with Adam, one step per batch.
 
     Returns the full parameters and what ``Zero2`` measured: ``gradient_bytes`` (the most at once),

@@ -70,12 +70,12 @@ print(f"{sum(numels)} values in all")
 # 4. **After backward:** Adam steps the rank's shards, and `dist.all_gather` of every bucket gives every rank
 #    all the updated parameters, as in ZeRO-1.
 #
-# The buckets of the course model, with buckets of 100 values (400 bytes of float32, `zero2.BUCKET_BYTES`), in
+# The buckets of the course model, with buckets of 100 values (400 bytes of float32, `zero2.LESSON_BUCKET_BYTES`), in
 # the order they are reduce-scattered:
 
 # %%
 names = [name for name, _ in model.named_parameters()]
-buckets = zero2.bucket_indices(numels, zero2.BUCKET_BYTES // 4)
+buckets = zero2.bucket_indices(numels, zero2.LESSON_BUCKET_BYTES // 4)
 bucket_numels = [sum(numels[i] for i in bucket) for bucket in buckets]
 for number, (bucket, size) in enumerate(zip(buckets, bucket_numels, strict=True)):
     print(f"bucket {number}: {[names[i] for i in bucket]}, {size} values; piece per rank on 4 ranks: "
@@ -135,7 +135,7 @@ with quiz.reveal("19-reduce-scatter-when"):
 # %% tags=["reveals-answer"]
 with quiz.reveal("19-reduce-scatter-when"):
     try:
-        predicted = [still for _, still in reduce_scatter_schedule(numels, zero2.BUCKET_BYTES // 4)]
+        predicted = [still for _, still in reduce_scatter_schedule(numels, zero2.LESSON_BUCKET_BYTES // 4)]
         print("predicted:", predicted, "| measured the same on every rank:",
               all(still == predicted for still in compared.ranks_of("ZeRO-2", "still_to_come")))
     except NotImplementedError:

@@ -122,7 +122,7 @@ def test_bad_arguments_are_named(call, error, message):
 # The uses allowed build torch's real DistributedDataParallel (not a DP primitive): lesson 10's bridge, and
 # lesson 17's DDP script, which imports it as every DDP script does.
 DDP_IMPORTS = [
-    ("ddp/example.py", "from torch.nn.parallel import DistributedDataParallel"),
+    ("ddp/per_rank.py", "from torch.nn.parallel import DistributedDataParallel"),
     ("scripts/train_ddp.py", "from torch.nn.parallel import DistributedDataParallel"),
 ]
 

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from dpcourse import ddp, ddp_train
+from dpcourse import ddp
 from dpcourse.trace import Trace
-from tests.torchrun_runs import TEARDOWN_ABORT, crashed_after_finishing, run_torchrun
+from tests.torchrun_runs import TEARDOWN_ABORT, crashed_after_finishing
 
 
 def assert_all_gone(pids: list[int]) -> None:
@@ -186,22 +186,6 @@ def test_when_the_launching_process_dies_its_ranks_exit_too():
     while alive := [pid for pid in started if Path(f"/proc/{pid}").exists()]:
         assert time.monotonic() < deadline, f"processes left behind: {alive}"
         time.sleep(0.2)
-
-
-def test_the_script_started_by_dpcourse(capsys):
-    assert ddp_train.main(["--nproc", "2", "--steps", "2"]) == 0
-    out = capsys.readouterr().out
-    assert "2 ranks started by dpcourse.ddp.launch" in out and "weights equal single-device training: True" in out
-
-
-def test_the_script_under_torchrun():
-    matched = "weights equal single-device training: True"
-    done = run_torchrun("dpcourse.ddp_train", ["--steps", "3"], finished=lambda out: matched in out)
-    assert done.returncode == 0, f"stdout:\n{done.stdout}\nstderr:\n{done.stderr}"
-    assert "[rank 0/2 pid" in done.stdout and "[rank 1/2 pid" in done.stdout
-    assert "2 ranks started by torchrun, 3 steps" in done.stdout
-    assert "step 3: local losses" in done.stdout
-    assert matched in done.stdout
 
 
 def test_a_torchrun_run_is_repeated_only_for_an_abort_after_its_work_was_done():

@@ -3,6 +3,7 @@ and the DataParallel script converted to DDP, each against its oracle (torch's o
 
 import multiprocessing
 import os
+import subprocess
 import uuid
 from pathlib import Path
 
@@ -14,7 +15,7 @@ from torch.utils.data import DistributedSampler
 from dpcourse.ddp.demos import batchnorm, checkpoint, sampling, uneven, unused
 from dpcourse.ddp.implementations import syncbn
 from dpcourse.ddp.processes.torchrun import torchrun
-from dpcourse.scripts import train_dp
+from dpcourse.scripts import train_ddp, train_dp
 from tests.torchrun_runs import run_torchrun
 
 
@@ -161,16 +162,31 @@ def test_the_ddp_script_under_torchrun_reaches_the_dataparallel_scripts_weights(
     dp_printed = capsys.readouterr().out
     saved = tmp_path / "ddp.pt"
     ran = run_torchrun("dpcourse.scripts.train_ddp", ["--out", str(saved)],
-                       finished=lambda out: _losses(out) == _losses(dp_printed) and saved.exists())
+                       finished=lambda out: "max |w_DDP - w_one_device|" in out and saved.exists())
     assert ran.returncode == 0, f"stdout:\n{ran.stdout}\nstderr:\n{ran.stderr}"
     # rank 0 says where the ranks run (here: CPU devices, so the CPU and gloo), then prints the average of every
-    # rank's loss: the same numbers as the DataParallel script's
+    # rank's loss, then trains on one device for its check: both the same numbers as the DataParallel script's
     assert ran.stdout.splitlines()[0] == "2 ranks, backend gloo, rank 0 on cpu"
-    assert _losses(ran.stdout) == _losses(dp_printed) and len(_losses(dp_printed)) == 2
+    assert _losses(ran.stdout) == 2 * _losses(dp_printed) and len(_losses(dp_printed)) == 2
+    assert float(ran.stdout.split("max |w_DDP - w_one_device| over all weights: ")[1].split()[0]) <= 1e-6
     dp, ddp = (torch.load(path, map_location="cpu") for path in (tmp_path / "dp.pt", saved))
     assert list(dp) == list(ddp)
     for name in dp:
         torch.testing.assert_close(ddp[name], dp[name], rtol=0, atol=1e-6)
+
+
+def test_the_ddp_script_started_without_torchrun_runs_torchrun_itself(monkeypatch, capsys):
+    calls = []
+
+    def torchrun_here(module, args, nproc, timeout):
+        calls.append((module, args, nproc))
+        return subprocess.CompletedProcess([], 1, "what rank 0 printed\n", "")
+
+    monkeypatch.delenv("RANK", raising=False)
+    monkeypatch.setattr(train_ddp, "torchrun", torchrun_here)
+    assert train_ddp.main(["--nproc", "3", "--epochs", "1", "--out", "w.pt"]) == 1  # the ranks' exit status
+    assert calls == [("dpcourse.scripts.train_ddp", ["--epochs", "1", "--out", "w.pt"], 3)]
+    assert capsys.readouterr().out == "what rank 0 printed\n"
 
 
 def _ours(marker: str) -> list[int]:

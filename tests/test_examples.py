@@ -6,7 +6,6 @@ from torch import nn
 
 import dpcourse
 from dpcourse import examples
-from dpcourse.ddp import example as ddp_example
 from dpcourse.examples.demo_modules import BufferCountingNet
 
 
@@ -16,8 +15,8 @@ def test_model_and_batch_are_seeded():
 
 
 def test_the_models_leave_the_global_random_state_alone():
-    ddp_model = ddp_example.model
-    for build in (examples.make_model, lambda: examples.mlp((8, 32, 32, 4)), lambda: ddp_model(hidden=32, depth=3)):
+    deeper = examples.make_model
+    for build in (examples.make_model, lambda: examples.mlp((8, 32, 32, 4)), lambda: deeper(hidden=32, depth=3)):
         torch.manual_seed(5)
         build()
         drawn = torch.rand(3)
@@ -30,7 +29,7 @@ def test_mlp_builds_the_layers_in_order_from_the_seed():
     expected = nn.Sequential(
         nn.Linear(8, 32), nn.BatchNorm1d(32), nn.ReLU(), nn.Linear(32, 32), nn.ReLU(), nn.Linear(32, 4)
     )
-    built = ddp_example.model(batchnorm=True, hidden=32, depth=3)  # the running example, deeper
+    built = examples.make_model(batchnorm=True, hidden=32, depth=3)  # the running example, deeper
     assert [type(m) for m in built] == [type(m) for m in expected]
     assert examples.max_weight_difference(built, expected) == 0.0
     assert examples.max_weight_difference(examples.make_model(), examples.mlp((8, 16, 4))) == 0.0
@@ -63,6 +62,32 @@ def test_mlp_spec_batch_is_the_running_examples_batch_for_its_widths():
 def test_mlp_spec_names_the_widths_it_cannot_build(widths):
     with pytest.raises(ValueError, match=r"widths=.* must be 2 or more whole numbers >= 1"):
         examples.MLP(widths)
+
+
+def test_seeded_helpers_draw_what_a_reseeded_global_generator_draws_and_leave_it_alone():
+    torch.manual_seed(5)
+    examples.seeded_randn(3, 2, seed=7)
+    examples.seeded_module(lambda: nn.Linear(3, 2), seed=7)
+    after = torch.rand(3)
+    torch.manual_seed(5)
+    assert torch.equal(after, torch.rand(3))
+    torch.manual_seed(7)
+    assert torch.equal(examples.seeded_randn(3, 2, seed=7), torch.randn(3, 2))
+    torch.manual_seed(7)
+    assert torch.equal(examples.seeded_module(lambda: nn.Linear(3, 2), seed=7).weight, nn.Linear(3, 2).weight)
+
+
+def test_regression_data_is_seeded_and_the_oracle_is_torch_sgd_on_its_slices():
+    x, y = examples.regression_batch(6)
+    assert x.shape == (6, 8) and y.shape == (6, 4) and torch.equal(y, examples.regression_batch(6)[1])
+    reference = examples.single_device(steps=2, batch=3, lr=0.1)
+    model = examples.make_model()
+    for step in range(2):
+        model.zero_grad()
+        examples.regression_loss(model(x[3 * step : 3 * step + 3]), y[3 * step : 3 * step + 3]).backward()
+        assert examples.max_diff(examples.flat_grad(model), reference["grads"][step]) < 1e-6
+        examples.sgd_step(model, lr=0.1)  # torch.optim.SGD's update, rounded differently in the last bit
+        assert examples.max_diff(examples.flat_weights(model), reference["weights"][step]) < 1e-6
 
 
 def test_data_parallel_training_matches_the_oracle():

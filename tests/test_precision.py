@@ -8,7 +8,7 @@ import torch
 
 from dpcourse import precision
 from dpcourse.ddp.demos import compression as ddp_compression
-from dpcourse.ddp.example import single_device
+from dpcourse.examples import single_device
 
 
 def test_autocast_is_per_thread_and_dpcourse_passes_flag_and_dtype_to_every_replica():

@@ -19,10 +19,10 @@ numbers::
     trace = ddp.timeline()              # per-rank spans, a dpcourse.trace.Trace; ddp.dp_timeline() for DP
     ddp.crash("kill")                   # WorkerError: rank 1 was killed by SIGKILL
 
-From a shell, the same training as a script, on one machine::
+From a shell, the running example's training as a DDP script (lesson 17's), on one machine::
 
-    python -m dpcourse.ddp_train --nproc 2 --steps 3
-    torchrun --standalone --nproc_per_node=2 -m dpcourse.ddp_train --steps 3
+    torchrun --standalone --nproc_per_node=2 -m dpcourse.scripts.train_ddp --epochs 2
+    python -m dpcourse.scripts.train_ddp --nproc 2 --epochs 2      # runs that torchrun itself
 
 gloo on CPU, NCCL when every rank on a machine has a GPU of its own (rank ``r`` uses ``cuda:LOCAL_RANK``).
 
@@ -32,14 +32,14 @@ Every machine runs torchrun with the same arguments. With the c10d rendezvous, w
 (HOST is any one of the machines, reachable by the others; the port is the rendezvous', 29400 by default)::
 
     torchrun --nnodes=2 --nproc_per_node=8 --rdzv_id=job1 --rdzv_backend=c10d \\
-             --rdzv_endpoint=HOST:29400 -m dpcourse.ddp_train --steps 100
+             --rdzv_endpoint=HOST:29400 -m dpcourse.scripts.train_ddp --epochs 100
 
 Or with fixed machine ranks, the static rendezvous (``--node_rank`` differs per machine; HOST is node 0)::
 
     torchrun --nnodes=2 --node_rank=0 --nproc_per_node=8 --master_addr=HOST --master_port=29500 \\
-             -m dpcourse.ddp_train --steps 100         # on node 0
+             -m dpcourse.scripts.train_ddp --epochs 100   # on node 0
     torchrun --nnodes=2 --node_rank=1 --nproc_per_node=8 --master_addr=HOST --master_port=29500 \\
-             -m dpcourse.ddp_train --steps 100         # on node 1
+             -m dpcourse.scripts.train_ddp --epochs 100   # on node 1
 
 What changes on several machines:
 

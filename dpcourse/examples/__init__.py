@@ -12,28 +12,54 @@ The model goes to ``devices[0]`` before DataParallel wraps it, as torch requires
 
 The oracle is the same step on one device with the whole batch: DataParallel is correct exactly when its
 outputs, gradients and weights match it.
+
+The DDP and sharded lessons train the same model on a regression task, each rank on its share of the batch::
+
+    x, y = examples.regression_batch(steps * batch)      # 8 features, 4 real targets, seeded
+    loss = examples.regression_loss(model(x), y)         # mean squared error
+    examples.single_device(steps, batch, lr)             # their oracle: weights and gradients per step
 """
 
-from .data import loss_fn, make_batch
+from .data import loss_fn, make_batch, regression_batch, regression_loss
 from .demo_modules import ChunkMean, CountingNet, LossInside
-from .model import CLASSES, FEATURES, HIDDEN, MLP, make_model, mlp
-from .oracle import max_grad_difference, max_weight_difference, sgd_step, train, twin
+from .model import CLASSES, FEATURES, HIDDEN, MLP, make_model, mlp, running_example
+from .oracle import (
+    flat_grad,
+    flat_weights,
+    max_diff,
+    max_grad_difference,
+    max_weight_difference,
+    sgd_step,
+    single_device,
+    train,
+    twin,
+)
+from .seeded import seeded_module, seeded_randn
 
 __all__ = [
     "CLASSES",
-    "FEATURES",
-    "HIDDEN",
-    "MLP",
     "ChunkMean",
     "CountingNet",
+    "FEATURES",
+    "HIDDEN",
     "LossInside",
+    "MLP",
+    "flat_grad",
+    "flat_weights",
     "loss_fn",
     "make_batch",
     "make_model",
+    "max_diff",
     "max_grad_difference",
     "max_weight_difference",
     "mlp",
+    "regression_batch",
+    "regression_loss",
+    "running_example",
+    "seeded_module",
+    "seeded_randn",
     "sgd_step",
+    "single_device",
     "train",
     "twin",
 ]

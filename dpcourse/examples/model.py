@@ -7,6 +7,8 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
+from .seeded import seeded_module
+
 FEATURES, HIDDEN, CLASSES = 8, 16, 4
 
 
@@ -31,21 +33,22 @@ class MLP:
         object.__setattr__(self, "widths", widths)  # a list given is kept as a tuple: the spec stays hashable
 
     def build(self, seed: int = 0) -> nn.Sequential:
-        """The model, its weights drawn from ``seed`` under ``torch.random.fork_rng``.
+        """The model, its weights drawn from ``seed`` (``seeded_module``: under ``torch.random.fork_rng``).
 
         The global random state is left as it was, so a notebook's other cells draw the same numbers whether
         or not they built a model first, and every rank builds the same weights from the same seed.
         """
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(seed)
-            layers: list[nn.Module] = []
-            for i, (width_in, width_out) in enumerate(itertools.pairwise(self.widths)):
-                if i and self.relu:
-                    layers.append(nn.ReLU())
-                layers.append(nn.Linear(width_in, width_out))
-                if i == 0 and self.batchnorm:
-                    layers.append(nn.BatchNorm1d(width_out))
-            return nn.Sequential(*layers)
+        return seeded_module(self._layers, seed)
+
+    def _layers(self) -> nn.Sequential:
+        layers: list[nn.Module] = []
+        for i, (width_in, width_out) in enumerate(itertools.pairwise(self.widths)):
+            if i and self.relu:
+                layers.append(nn.ReLU())
+            layers.append(nn.Linear(width_in, width_out))
+            if i == 0 and self.batchnorm:
+                layers.append(nn.BatchNorm1d(width_out))
+        return nn.Sequential(*layers)
 
     @property
     def parameters(self) -> int:
@@ -69,13 +72,24 @@ class MLP:
         return x.to(device), y.to(device)
 
 
-RUNNING_EXAMPLE = MLP((FEATURES, HIDDEN, CLASSES))
-"""Linear(8, 16) -> ReLU -> Linear(16, 4): the model every DataParallel lesson parallelises."""
+def running_example(hidden: int = HIDDEN, depth: int = 2, batchnorm: bool = False) -> MLP:
+    """The running example's spec, 8 inputs and 4 outputs, ``depth`` Linear layers of width ``hidden`` between.
+
+    The defaults are ``MLP((8, 16, 4))``, the model every DataParallel lesson parallelises; the DDP lessons
+    widen and deepen it (``depth=3`` adds a ``Linear(hidden, hidden) -> ReLU`` block) where an experiment
+    needs more parameters or more modules.
+    """
+    return MLP((FEATURES, *[hidden] * (depth - 1), CLASSES), batchnorm)
 
 
-def make_model(seed: int = 0, batchnorm: bool = False) -> nn.Sequential:
-    """The running example: a 2-layer MLP (optionally with BatchNorm after the first layer), from ``seed``."""
-    return dataclasses.replace(RUNNING_EXAMPLE, batchnorm=batchnorm).build(seed)
+def make_model(seed: int = 0, batchnorm: bool = False, hidden: int = HIDDEN, depth: int = 2) -> nn.Sequential:
+    """The running example, ``Linear(8, hidden) -> [BatchNorm1d] -> ReLU -> Linear(hidden, 4)``, from ``seed``.
+
+    ``seed`` fixes the weights without touching the global random state, so a notebook's other cells draw
+    the same random numbers whether or not they built a model first, and every DDP rank builds the same
+    weights from the same seed. ``hidden`` and ``depth`` as in ``running_example``.
+    """
+    return running_example(hidden, depth, batchnorm).build(seed)
 
 
 def mlp(widths: Sequence[int], seed: int = 0, batchnorm: bool = False, relu: bool = True) -> nn.Sequential:

@@ -1,11 +1,16 @@
-"""The single-device oracle: the same step on one device, and how far a parallel run is from it."""
+"""The single-device oracle: the same step on one device, and how far a parallel run is from it.
+
+``train`` is the DataParallel lessons' oracle (cross-entropy, SGD with momentum), ``single_device`` the DDP
+lessons' (mean squared error, plain SGD, one slice of ``regression_batch`` per step).
+"""
 
 import copy
 
 import torch
 from torch import nn
 
-from .data import loss_fn, make_batch
+from .data import loss_fn, make_batch, regression_batch, regression_loss
+from .model import make_model
 
 
 def twin(model: nn.Module) -> nn.Module:
@@ -21,6 +26,21 @@ def max_grad_difference(a: nn.Module, b: nn.Module) -> float:
 def max_weight_difference(a: nn.Module, b: nn.Module) -> float:
     """The largest absolute difference between the two models' parameters."""
     return max((pa - pb).abs().max().item() for pa, pb in zip(a.parameters(), b.parameters(), strict=True))
+
+
+def max_diff(a: torch.Tensor, b: torch.Tensor) -> float:
+    """The largest elementwise ``|a - b|``: how far two ranks', or a rank's and one device's, numbers are apart."""
+    return (a - b).abs().max().item()
+
+
+def flat_grad(module: nn.Module) -> torch.Tensor:
+    """Every parameter's ``.grad`` as one vector, in ``parameters()`` order, on the CPU."""
+    return torch.cat([p.grad.detach().flatten() for p in module.parameters()]).cpu()
+
+
+def flat_weights(module: nn.Module) -> torch.Tensor:
+    """Every parameter as one vector, in ``parameters()`` order, on the CPU: a DDP rank's weights to compare."""
+    return torch.cat([p.detach().flatten() for p in module.parameters()]).cpu()
 
 
 def sgd_step(model: nn.Module, lr: float, momentum: float = 0.0, velocities: list[torch.Tensor] | None = None) -> None:
@@ -53,3 +73,23 @@ def train(model: nn.Module, steps: int = 20, batch: int = 10, lr: float = 0.1, m
         sgd_step(model, lr, momentum, velocities)
         losses.append(loss.item())
     return losses
+
+
+def single_device(steps: int, batch: int, lr: float) -> dict[str, list[torch.Tensor]]:
+    """The DDP lessons' reference: plain SGD on one device, step ``s`` on the ``s``-th slice of ``batch`` samples.
+
+    ``make_model()`` from seed 0, ``regression_batch(steps * batch)`` and ``regression_loss``, with
+    ``torch.optim.SGD`` as every DDP rank uses it. Returns the flat weights after and the gradient of every step.
+    """
+    reference = make_model()
+    x, y = regression_batch(steps * batch)
+    optimizer = torch.optim.SGD(reference.parameters(), lr=lr)
+    weights, grads = [], []
+    for step in range(steps):
+        optimizer.zero_grad()
+        part = slice(step * batch, (step + 1) * batch)
+        regression_loss(reference(x[part]), y[part]).backward()
+        grads.append(flat_grad(reference))
+        optimizer.step()
+        weights.append(flat_weights(reference))
+    return {"weights": weights, "grads": grads}

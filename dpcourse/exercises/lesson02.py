@@ -2,6 +2,7 @@
 
 import torch
 
+from ..examples import seeded_randn
 from .check import Case, Exercise
 
 
@@ -71,12 +72,8 @@ def _views_judge(case: Case, answer) -> str | None:
     return None
 
 
-def _rows(batch: int, features: int, seed: int) -> torch.Tensor:
-    return torch.randn(batch, features, generator=torch.Generator().manual_seed(seed))
-
-
 def _every_batch_up_to_12_on_up_to_6_devices() -> list[Case]:
-    return [Case(f"{batch} rows on {n} devices", (_rows(batch, 2, batch), n)) for batch in range(1, 13)
+    return [Case(f"{batch} rows on {n} devices", (seeded_randn(batch, 2, seed=batch), n)) for batch in range(1, 13)
             for n in range(1, 7)]
 
 
@@ -85,10 +82,12 @@ SCATTER_ROWS = Exercise(
     task="Write scatter_rows(x, n): the chunks torch.chunk would give, as views of x (no copies), "
          "by slicing x's rows.",
     cases=lambda: [
-        Case("10 rows on 4 devices", (_rows(10, 3, 0), 4), "slice x[start:start + size]: a slice is a view"),
-        Case("8 rows on 2 devices", (_rows(8, 2, 1), 2)),
-        Case("6 rows on 4 devices", (_rows(6, 2, 2), 4), "the torch.chunk rule gives 3 chunks of 2 rows here"),
-        Case("1 row on 3 devices", (_rows(1, 4, 3), 3)),
+        Case("10 rows on 4 devices", (seeded_randn(10, 3, seed=0), 4),
+             "slice x[start:start + size]: a slice is a view"),
+        Case("8 rows on 2 devices", (seeded_randn(8, 2, seed=1), 2)),
+        Case("6 rows on 4 devices", (seeded_randn(6, 2, seed=2), 4),
+             "the torch.chunk rule gives 3 chunks of 2 rows here"),
+        Case("1 row on 3 devices", (seeded_randn(1, 4, seed=3), 3)),
     ],
     judge=_views_judge,
     generated=_every_batch_up_to_12_on_up_to_6_devices,

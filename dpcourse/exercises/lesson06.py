@@ -7,7 +7,7 @@ import torch
 
 from ..data_parallel import DataParallel
 from ..devices import devices
-from ..examples import ChunkMean
+from ..examples import ChunkMean, seeded_randn
 from .check import Case, Exercise, equals
 
 
@@ -44,10 +44,6 @@ REDUCE_ADD = Exercise(
 )
 
 
-def _rows(seed: int, batch: int) -> torch.Tensor:
-    return torch.randn(batch, 3, generator=torch.Generator().manual_seed(seed))
-
-
 def _random_sizes() -> list[Case]:
     """40 lists of 1 to 5 output sizes (0 to 4 rows each, at least one row in all), seeded."""
     generator = torch.Generator().manual_seed(6)
@@ -55,7 +51,8 @@ def _random_sizes() -> list[Case]:
     while len(cases) < 40:
         sizes = torch.randint(0, 5, (int(torch.randint(1, 6, (1,), generator=generator)),), generator=generator)
         if sizes.sum() > 0:
-            cases.append(Case(f"sizes {sizes.tolist()}", (_rows(len(cases), int(sizes.sum())), sizes.tolist())))
+            rows = seeded_randn(int(sizes.sum()), 3, seed=len(cases))
+            cases.append(Case(f"sizes {sizes.tolist()}", (rows, sizes.tolist())))
     return cases
 
 
@@ -64,14 +61,14 @@ SPLIT_GRADIENT = Exercise(
     task="Write split_gradient(grad, sizes): the gathered output's gradient `grad` cut into one piece per "
          "replica, replica i getting the rows of its own chunk (sizes[i] rows).",
     cases=lambda: [
-        Case("10 rows from chunks 3, 3, 3, 1", (_rows(0, 10), [3, 3, 3, 1]),
+        Case("10 rows from chunks 3, 3, 3, 1", (seeded_randn(10, 3, seed=0), [3, 3, 3, 1]),
              "replica 0 produced the first 3 rows of the output, so it gets the gradient's first 3 rows"),
-        Case("9 rows from chunks 5, 4", (_rows(1, 9), [5, 4])),
-        Case("8 rows from chunks 2, 2, 2, 2", (_rows(2, 8), [2, 2, 2, 2]),
+        Case("9 rows from chunks 5, 4", (seeded_randn(9, 3, seed=1), [5, 4])),
+        Case("8 rows from chunks 2, 2, 2, 2", (seeded_randn(8, 3, seed=2), [2, 2, 2, 2]),
              "equal sizes hide nothing here: rows must still go back in replica order"),
-        Case("outputs of 2, 5, 1 rows", (_rows(3, 8), [2, 5, 1]),
+        Case("outputs of 2, 5, 1 rows", (seeded_randn(8, 3, seed=3), [2, 5, 1]),
              "a replica's output need not have its input's rows: use the sizes you are given, not torch.chunk"),
-        Case("4 rows, one replica", (_rows(4, 4), [4])),
+        Case("4 rows, one replica", (seeded_randn(4, 3, seed=4), [4])),
     ],
     judge=equals(lambda grad, sizes: list(grad.split(sizes))),
     generated=_random_sizes,

@@ -16,7 +16,7 @@ from torch import nn
 from dpcourse import by_hand
 from dpcourse.data_parallel import DataParallel
 from dpcourse.devices import devices as choose_devices
-from dpcourse.examples import ChunkMean
+from dpcourse.examples import ChunkMean, seeded
 
 
 def first_device() -> torch.device:
@@ -25,15 +25,13 @@ def first_device() -> torch.device:
 
 
 def seeded_randn(*shape: int, seed: int = 0) -> torch.Tensor:
-    """A reproducible ``torch.randn(*shape)`` on ``first_device()``."""
-    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed)).to(first_device())
+    """``examples.seeded_randn(*shape, seed=seed)`` on ``first_device()``, where the quiz's models are."""
+    return seeded.seeded_randn(*shape, seed=seed).to(first_device())
 
 
 def seeded_module(factory: Callable[[], nn.Module], seed: int = 0) -> nn.Module:
-    """``factory()`` with weights from seed ``seed``, on ``first_device()``; the global RNG is left as it was."""
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        return factory().to(first_device())
+    """``examples.seeded_module(factory, seed)`` on ``first_device()``; the global random state is left as it was."""
+    return seeded.seeded_module(factory, seed).to(first_device())
 
 
 def data_parallel_over(module: nn.Module, n_devices: int) -> DataParallel:

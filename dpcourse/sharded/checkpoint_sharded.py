@@ -25,7 +25,7 @@ from torch.distributed.checkpoint.state_dict import (
     set_state_dict,
 )
 
-from ..ddp.example import loss_fn
+from ..examples import regression_loss
 from .fsdp2 import mesh_of_all_ranks, shard_model
 from .zero1 import shard_range
 
@@ -86,7 +86,7 @@ def resume_program(model: nn.Module, batches: list, lr: float, directory: str, t
     loaded = [p.full_tensor() for p in model.parameters()]
     for x, y in batches[trained:]:
         optimizer.zero_grad()
-        loss_fn(model(x), y).backward()
+        regression_loss(model(x), y).backward()
         optimizer.step()
     return {"parameters": [p.full_tensor() for p in model.parameters()], "loaded": loaded,
             "local": [tuple(p.to_local().shape) for p in model.parameters()]}

@@ -26,9 +26,9 @@ from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor
 
-from ..ddp.example import loss_fn
 from ..ddp.processes.launcher import device
 from ..ddp.processes.traffic import counted
+from ..examples import regression_loss
 from ..memory.accounting import state_tensors
 
 
@@ -90,7 +90,7 @@ def watched_step(model: nn.Module, optimizer: torch.optim.Optimizer, x: torch.Te
     hooks = [layer.register_forward_pre_hook(note) for layer in linear_layers(model)]  # after FSDP's: gathered
     optimizer.zero_grad()
     with counted() as forward:
-        loss = loss_fn(model(x), y)
+        loss = regression_loss(model(x), y)
     held = full_bytes_held(model)
     with counted() as backward:
         loss.backward()
@@ -127,7 +127,7 @@ def mixed_precision_step(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> 
     first.register_forward_pre_hook(lambda module, args: seen.update(weight=module.weight.dtype, input=args[0].dtype))
     first.register_forward_hook(lambda module, args, output: seen.update(output=output.dtype))
     output = model(x)
-    loss_fn(output.float(), y).backward()
+    regression_loss(output.float(), y).backward()
     dtypes = {"weight inside the forward": seen["weight"], "layer input": seen["input"],
               "layer output": seen["output"], "model output": output.dtype, "stored shard": first.weight.dtype,
               "gradient": first.weight.grad.dtype}

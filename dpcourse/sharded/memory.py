@@ -32,7 +32,7 @@ from torch.distributed.optim import ZeroRedundancyOptimizer
 from torch.distributed.tensor import DTensor
 
 from dpcourse.ddp.demos.memory import bucket_bytes
-from dpcourse.ddp.example import shard, wrap
+from dpcourse.ddp.per_rank import shard, wrap
 from dpcourse.ddp.processes.launcher import device, launch
 from dpcourse.examples import loss_fn
 from dpcourse.memory.accounting import Breakdown, SavedTensors, device_bytes, state_tensors, storage_bytes

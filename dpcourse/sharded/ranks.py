@@ -4,11 +4,11 @@
 
 1. builds the same seeded MLP (``examples.mlp(widths, seed)``) on its device (``launcher.device()``);
 2. takes its shard of each step's batch: step ``s`` uses samples ``s * samples ... (s + 1) * samples - 1`` of
-   ``ddp.example.data``, and rank ``r`` of ``n`` gets the ``r``-th contiguous ``samples / n`` of them;
+   ``examples.regression_batch``, and rank ``r`` of ``n`` gets the ``r``-th contiguous ``samples / n`` of them;
 3. calls ``program(model, batches, lr)`` (with ``**extra`` if given) while ``traffic.counted()`` counts what it
    sends and which collectives it calls, and records each collective's size.
 
-``program`` trains with its own optimizer, ``steps`` steps, the loss ``ddp.example.loss_fn`` (mean squared error,
+``program`` trains with its own optimizer, ``steps`` steps, the loss ``examples.regression_loss`` (mean squared error,
 averaged over the rank's samples), gradients averaged over the ranks as DDP does. Then every rank's training
 equals full-batch training on one device, which ``one_device`` runs: the oracle. The program returns the final
 *full* parameters, in ``model.parameters()`` order (a program that keeps only a shard gathers them first), or a
@@ -33,7 +33,6 @@ from torch.distributed import distributed_c10d
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
 from .. import examples
-from ..ddp import example as ddp_example
 from ..ddp.processes.by_source import SourceFunction
 from ..ddp.processes.launcher import WorkerError, device, launch
 from ..ddp.processes.learner import keep_error, kept_error
@@ -47,7 +46,7 @@ TIMEOUT = 60.0  # seconds; three steps on 4 ranks take well under 10, the start 
 
 def _rank_batches(steps: int, samples: int, seed: int, rank: int, world_size: int
                   ) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    x, y = ddp_example.data(steps * samples, seed)
+    x, y = examples.regression_batch(steps * samples, seed)
     share = samples // world_size
     starts = [step * samples + rank * share for step in range(steps)]
     return [(x[start:start + share], y[start:start + share]) for start in starts]
@@ -194,7 +193,7 @@ def one_device(steps: int = 3, lr: float = 1e-2, widths: Sequence[int] = WIDTHS,
     optimizer = torch.optim.Adam(model.parameters(), lr=lr)
     for x, y in _rank_batches(steps, samples, seed, rank=0, world_size=1):
         optimizer.zero_grad()
-        ddp_example.loss_fn(model(x), y).backward()
+        examples.regression_loss(model(x), y).backward()
         optimizer.step()
     return [p.detach().clone() for p in model.parameters()]
 

@@ -28,8 +28,9 @@ from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
 from .. import examples
 from ..ddp.demos.memory import bucket_bytes
-from ..ddp.example import data, loss_fn, wrap
+from ..ddp.per_rank import wrap
 from ..ddp.processes.launcher import device, launch
+from ..examples import regression_batch, regression_loss
 from ..memory.accounting import state_tensors, storage_bytes
 from .ranks import WIDTHS, parameter_count
 
@@ -63,8 +64,8 @@ def one_device_state_bytes(widths: tuple[int, ...] = WIDTHS) -> int:
     """The bytes of Adam's state after one step on one device, for the model of ``widths``: DDP's per rank."""
     model = examples.mlp(widths)
     optimizer = torch.optim.Adam(model.parameters())
-    x, y = data(8)
-    loss_fn(model(x), y).backward()
+    x, y = regression_batch(8)
+    regression_loss(model(x), y).backward()
     optimizer.step()
     return storage_bytes(state_tensors(optimizer))
 
@@ -93,7 +94,7 @@ def ddp_program(model: nn.Module, batches: list, lr: float) -> dict:
     optimizer = torch.optim.Adam(ddp_model.parameters(), lr=lr)
     for x, y in batches:
         optimizer.zero_grad()
-        loss_fn(ddp_model(x), y).backward()
+        regression_loss(ddp_model(x), y).backward()
         optimizer.step()
     return {"parameters": list(model.parameters()), "state_bytes": storage_bytes(state_tensors(optimizer)),
             "bucket_bytes": bucket_bytes(ddp_model)}
@@ -111,7 +112,7 @@ def zero1_program(model: nn.Module, batches: list, lr: float, average: bool = Tr
     optimizer = torch.optim.Adam([mine], lr=lr)
     for x, y in batches:
         model.zero_grad()
-        loss_fn(model(x), y).backward()
+        regression_loss(model(x), y).backward()
         gradient = parameters_to_vector(p.grad for p in model.parameters())
         dist.all_reduce(gradient)
         mine.grad = (gradient / dist.get_world_size() if average else gradient)[start:stop]

@@ -29,7 +29,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from ..ddp.example import loss_fn
+from ..examples import regression_loss
 from ..memory import storage_bytes
 from . import rings
 from .zero1 import shard_range
@@ -174,7 +174,7 @@ def train(model: nn.Module, batches: Sequence[tuple[torch.Tensor, torch.Tensor]]
     zero2 = Zero2(model, lr, bucket_bytes, collectives)
     first: dict = {}
     for x, y in batches:
-        loss_fn(model(x), y).backward()
+        regression_loss(model(x), y).backward()
         first = first or {"after_backward": zero2.held(), "still_to_come": zero2.still_to_come,
                           "held_at_hooks": zero2.held_at_hooks}
         zero2.step()

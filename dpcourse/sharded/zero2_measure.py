@@ -26,9 +26,9 @@ from torch.distributed import distributed_c10d
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
 from .. import examples
-from ..ddp.example import loss_fn
 from ..ddp.implementations.allreduce import ring_all_reduce
 from ..ddp.processes.traffic import counted
+from ..examples import regression_loss
 from ..memory import storage_bytes
 from . import ranks, rings, zero1, zero2
 
@@ -65,7 +65,7 @@ def ddp_by_hand(model: nn.Module, batches: list, lr: float) -> dict:
     first: dict = {}
     for x, y in batches:
         optimizer.zero_grad()
-        loss_fn(model(x), y).backward()
+        regression_loss(model(x), y).backward()
         gradients = [p.grad for p in parameters]
         flat = parameters_to_vector(gradients).div_(dist.get_world_size())
         first = first or {"after_backward": storage_bytes(gradients), "held_at_hooks": list(held_at_hooks),

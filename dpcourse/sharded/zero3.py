@@ -36,7 +36,7 @@ from torch import nn
 from torch.func import functional_call
 from torch.nn.utils import parameters_to_vector
 
-from ..ddp.example import loss_fn
+from ..examples import regression_loss
 from . import rings
 from .zero1 import shard_range
 
@@ -233,6 +233,6 @@ def program(model: nn.Sequential, batches: list, lr: float, prefetch: bool = Fal
     optimizer = torch.optim.Adam(sharded.shards(), lr=lr)
     for x, y in batches:
         optimizer.zero_grad()
-        loss_fn(sharded(x), y).backward()
+        regression_loss(sharded(x), y).backward()
         optimizer.step()
     return {"parameters": sharded.parameters(), "shard_numels": [layer.shard.numel() for layer in sharded.layers]}

@@ -22,11 +22,11 @@ from torch import nn
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
 from torch.profiler import record_function
 
-from ..ddp.example import loss_fn
 from ..ddp.implementations.allreduce import ring_all_reduce
 from ..ddp.processes.by_source import SourceFunction
 from ..ddp.processes.launcher import device
 from ..ddp.processes.traffic import counted
+from ..examples import regression_loss
 from ..memory.accounting import state_tensors, storage_bytes
 from ..memory.peak import allocations
 from . import ranks, zero3
@@ -55,7 +55,7 @@ def _step(forward: Callable, optimizer: torch.optim.Optimizer, x: torch.Tensor, 
     with record_function("forward"):
         output = forward(x)
     with record_function("loss"):
-        loss = loss_fn(output, y)
+        loss = regression_loss(output, y)
     with record_function("backward"):
         loss.backward()
         after_backward()

@@ -13,8 +13,9 @@ import torch
 from torch import nn
 from torch.distributed.optim import ZeroRedundancyOptimizer
 
-from ..ddp.example import loss_fn, wrap
+from ..ddp.per_rank import wrap
 from ..ddp.processes.launcher import device
+from ..examples import regression_loss
 from ..memory.accounting import state_tensors, storage_bytes
 
 
@@ -37,7 +38,7 @@ def greedy_partition(sizes: list[int], world_size: int) -> list[int]:
 def _train(model: nn.Module, optimizer: torch.optim.Optimizer, batches: list) -> None:
     for x, y in batches:
         optimizer.zero_grad()
-        loss_fn(model(x), y).backward()
+        regression_loss(model(x), y).backward()
         optimizer.step()
 
 

@@ -409,11 +409,11 @@ widgets.CostModelCalculator()
 # sees (`torch/nn/parallel/data_parallel.py`). So on several machines the device 0 bottleneck does not go
 # away; DataParallel just cannot run there. Multi-machine data parallelism means DDP (or [FSDP](00_start_here.ipynb#Glossary)).
 #
-# The same training as a script, `dpcourse/ddp_train.py`. On one machine, `torchrun` starts one process
-# per GPU (or per CPU rank):
+# The running example's training as a DDP script, `dpcourse/scripts/train_ddp.py` (lesson 17 builds it from a
+# DataParallel script). On one machine, `torchrun` starts one process per GPU (or per CPU rank):
 #
 # ```bash
-# torchrun --standalone --nproc_per_node=2 -m dpcourse.ddp_train --steps 3
+# torchrun --standalone --nproc_per_node=2 -m dpcourse.scripts.train_ddp --epochs 2
 # ```
 #
 # On several machines, run the same command on every machine. Here 2 machines with 8 GPUs each give 16
@@ -421,14 +421,14 @@ widgets.CostModelCalculator()
 #
 # ```bash
 # torchrun --nnodes=2 --nproc_per_node=8 --rdzv_id=job1 --rdzv_backend=c10d \
-#          --rdzv_endpoint=HOST:29400 -m dpcourse.ddp_train --steps 100
+#          --rdzv_endpoint=HOST:29400 -m dpcourse.scripts.train_ddp --epochs 100
 # ```
 #
 # or with fixed machine numbers (`--node_rank=0` on HOST, `--node_rank=1` on the other):
 #
 # ```bash
 # torchrun --nnodes=2 --node_rank=0 --nproc_per_node=8 --master_addr=HOST --master_port=29500 \
-#          -m dpcourse.ddp_train --steps 100
+#          -m dpcourse.scripts.train_ddp --epochs 100
 # ```
 #
 # What changes on several machines (details in `dpcourse/ddp/__init__.py`):

@@ -354,12 +354,13 @@ exercises.check("global_batch_stats", global_batch_stats)
 
 # %% [markdown]
 # ## From a DataParallel script to a DDP script
-# `dpcourse/scripts/train_dp.py` trains a small MLP with DataParallel, as a script from the first lessons
+# `dpcourse/scripts/train_dp.py` trains the running example with DataParallel, as a script from the first lessons
 # would: one process, every batch split over the devices. It calls `dpcourse.DataParallel`, which takes the
-# arguments `torch.nn.DataParallel` takes and also splits over CPU "devices" (torch's would just call the
-# model on a machine without GPUs). `dpcourse/scripts/train_ddp.py` is the same training converted to
-# DDP. Both take the data, the model and the settings from `dpcourse/scripts/common.py`, so the diff below
-# shows only what the conversion changes, line by line:
+# arguments `torch.nn.DataParallel` takes and also splits over CPU "devices" (torch's would just call the model on a
+# machine without GPUs). `dpcourse/scripts/train_ddp.py` is the same training converted to DDP. Both take the model,
+# the data and the loss from the running example (`dpcourse.examples`, as in the DDP lessons: the MLP 8 → 16 → 4,
+# mean squared error) and the settings from `dpcourse/scripts/common.py`, so the diff below shows only what the
+# conversion changes, line by line:
 
 # %%
 dp_lines, ddp_lines = (inspect.getsource(script).splitlines() for script in (train_dp, train_ddp))
@@ -369,12 +370,12 @@ print("\n".join(difflib.unified_diff(dp_lines, ddp_lines, "train_dp.py", "train_
 # What changed, from the top:
 #
 # 1. **How it starts.** `torchrun` starts one process per device; the script no longer counts devices
-#    (`--devices` goes: `--nproc_per_node` decides). Each process reads its `RANK`, `WORLD_SIZE` and
+#    (`--devices` goes: `--nproc_per_node` decides; `--nproc` only says how many ranks to start when the script
+#    is run without torchrun, and then it runs torchrun itself). Each process reads its `RANK`, `WORLD_SIZE` and
 #    `LOCAL_RANK` from the environment torchrun sets, takes one device and joins the others with
-#    `init_process_group`. NCCL needs a GPU of its own for every rank, so a
-#    rank takes GPU number `LOCAL_RANK` with NCCL only when every rank on the machine has one
-#    (`backend_for`, the rule `ddp.launch` follows); otherwise, 2 ranks on one GPU for instance, every rank
-#    runs on the CPU with gloo. Rank 0 prints which.
+#    `init_process_group`. NCCL needs a GPU of its own for every rank, so a rank takes GPU number `LOCAL_RANK`
+#    with NCCL only when every rank on the machine has one (`backend_for`, the rule `ddp.launch` follows);
+#    otherwise, 2 ranks on one GPU for instance, every rank runs on the CPU with gloo. Rank 0 prints which.
 # 2. **The wrapper.** `DistributedDataParallel(model, device_ids=[device])` instead of `DataParallel(model,
 #    devices)`: one device per process, given on GPUs only.
 # 3. **The data.** A `DistributedSampler` made once, `set_epoch(epoch)` every epoch, and a per-rank batch
@@ -382,6 +383,9 @@ print("\n".join(difflib.unified_diff(dp_lines, ddp_lines, "train_dp.py", "train_
 # 4. **What is printed.** Each rank's loss covers its own share, so the script all-reduces it and rank 0
 #    prints the average.
 # 5. **The end.** Rank 0 saves, a barrier, and `destroy_process_group`.
+# 6. **A check** that real scripts leave out: before the barrier, rank 0 trains the same batches, each whole,
+#    on one device (`train_dp.train` on one device, where DataParallel calls the model itself) and prints how
+#    far its weights are from DDP's; the script exits with status 1 if they differ by more than rounding.
 #
 # The model, the optimizer, the loss and the training step did not change.
 #

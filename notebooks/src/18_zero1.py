@@ -37,10 +37,10 @@ print({f"{n} ranks": backend_for(n) for n in (2, 3, 4)})
 # %% [markdown]
 # ## The model, the data and the oracle
 # The running MLP, widened and deepened a little, `examples.mlp(ranks.WIDTHS)`: its parameter count is not a
-# multiple of 2, 3 or 4, so the ranks' shards below are never all the same size. Every step trains on a batch
-# of 24 samples from `ddp.example.data`; on n ranks, rank r takes the r-th contiguous 24/n of them, its loss is
-# the mean squared error over its own samples, and the ranks average their gradients, as DDP does. That makes
-# every step equal to one step on the whole batch on one device (lesson 10), which `ranks.one_device` runs with
+# multiple of 2, 3 or 4, so the ranks' shards below are never all the same size. Every step trains on a batch of 24
+# samples from `examples.regression_batch`; on n ranks, rank r takes the r-th contiguous 24/n of them, its loss is
+# the mean squared error over its own samples, and the ranks average their gradients, as DDP does. That makes every
+# step equal to one step on the whole batch on one device (lesson 10), which `ranks.one_device` runs with
 # `torch.optim.Adam`: the oracle every run below is compared with.
 
 # %%

@@ -20,7 +20,8 @@ import torch.distributed as dist
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
 from ...accumulation import RULES, weight
-from ..example import data, flat_grad, loss_fn, model, single_device, wrap
+from ...examples import flat_grad, make_model, regression_batch, regression_loss, single_device
+from ..per_rank import wrap
 from ..processes.launcher import device, launch
 
 SCHEDULES = {
@@ -60,24 +61,24 @@ def _rows(rank: int, world: int, sizes: Sequence[int], step: int) -> list[int]:
 
 def _one_run(schedule: str, sizes: Sequence[int], rule: str) -> dict:
     rank, world, here = dist.get_rank(), dist.get_world_size(), device()
-    ddp_model = wrap(model(), here)
+    ddp_model = wrap(make_model(), here)
     counter = AllReduceCounter()
     ddp_model.register_comm_hook(counter, counting_allreduce)
-    x, y = data(world * sum(sizes))
+    x, y = regression_batch(world * sum(sizes))
     allreduces = []
     for step in range(len(sizes)):
         rows = _rows(rank, world, sizes, step)
         inputs, targets, scale = x[rows].to(here), y[rows].to(here), weight(rule, len(rows), list(sizes))
         before, last = counter.count, step == len(sizes) - 1
         if last or schedule == "every micro-step":
-            (loss_fn(ddp_model(inputs), targets) * scale).backward()
+            (regression_loss(ddp_model(inputs), targets) * scale).backward()
         elif schedule == "no_sync":
             with ddp_model.no_sync():
-                (loss_fn(ddp_model(inputs), targets) * scale).backward()
+                (regression_loss(ddp_model(inputs), targets) * scale).backward()
         else:  # forward outside: the forward already prepared the reducer for an all-reduce
             outputs = ddp_model(inputs)
             with ddp_model.no_sync():
-                (loss_fn(outputs, targets) * scale).backward()
+                (regression_loss(outputs, targets) * scale).backward()
         allreduces.append(counter.count - before)
     return {"allreduces": allreduces, "grad": flat_grad(ddp_model.module)}
 

@@ -14,8 +14,9 @@ from torch import nn
 
 from dpcourse import examples
 
-from ..example import data, flat_weights, loss_fn, max_diff, wrap
+from ...examples import flat_weights, max_diff, regression_batch, regression_loss
 from ..implementations.syncbn import SyncBatchNorm1d, global_stats
+from ..per_rank import wrap
 from ..processes.launcher import device, launch
 
 KINDS = {"per-replica BatchNorm1d": nn.BatchNorm1d, "SyncBatchNorm1d": SyncBatchNorm1d}
@@ -28,7 +29,7 @@ def bn_model(norm: type[nn.Module] = nn.BatchNorm1d) -> nn.Sequential:
 
 def skewed_data(batch: int) -> tuple[torch.Tensor, torch.Tensor]:
     """The lesson data with its second half scaled by 2 and shifted by 1: two halves, two distributions."""
-    x, y = data(batch)
+    x, y = regression_batch(batch)
     x[batch // 2 :] = 2 * x[batch // 2 :] + 1
     return x, y
 
@@ -36,7 +37,7 @@ def skewed_data(batch: int) -> tuple[torch.Tensor, torch.Tensor]:
 def _one_step(module: nn.Module, x: torch.Tensor, y: torch.Tensor, norm: nn.Module, lr: float = 0.1) -> dict:
     """One plain SGD step (``examples.sgd_step``: ``torch.optim`` would import ``torch._dynamo`` into the notebook)."""
     output = module(x)
-    loss_fn(output, y).backward()
+    regression_loss(output, y).backward()
     examples.sgd_step(module, lr)
     return {"running_mean": norm.running_mean.clone().cpu(), "running_var": norm.running_var.clone().cpu(),
             "output": output.detach().cpu(), "weights": flat_weights(module)}

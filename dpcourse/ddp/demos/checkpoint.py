@@ -24,17 +24,18 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from ..example import data, flat_weights, loss_fn, max_diff, model, shard, wrap
+from ...examples import flat_weights, make_model, max_diff, regression_batch, regression_loss
+from ..per_rank import shard, wrap
 from ..processes.launcher import device, launch
 
 
 def _train(ddp_model: torch.nn.Module, optimizer: torch.optim.Optimizer, steps: int, batch: int = 8) -> None:
     rank, world, here = dist.get_rank(), dist.get_world_size(), device()
-    x, y = data(steps * batch)
+    x, y = regression_batch(steps * batch)
     for step in range(steps):
         mine = [step * batch + i for i in shard(batch, rank, world)]
         optimizer.zero_grad()
-        loss_fn(ddp_model(x[mine].to(here)), y[mine].to(here)).backward()
+        regression_loss(ddp_model(x[mine].to(here)), y[mine].to(here)).backward()
         optimizer.step()
 
 
@@ -52,7 +53,7 @@ def _saved_on(path: Path) -> list[str]:
 
 def _checkpoint(folder: str, steps: int) -> dict:
     rank, world, here = dist.get_rank(), dist.get_world_size(), device()
-    ddp_model = wrap(model(), here)
+    ddp_model = wrap(make_model(), here)
     optimizer = torch.optim.SGD(ddp_model.parameters(), lr=0.1)
     stale, fresh = Path(folder, "no-barrier.pt"), Path(folder, "barrier.pt")
     if rank == 0:

@@ -24,7 +24,8 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
 from dpcourse.precision import gradient_errors
 
-from ..example import data, flat_grad, loss_fn, model, shard, wrap
+from ...examples import flat_grad, make_model, regression_batch, regression_loss
+from ..per_rank import shard, wrap
 from ..processes.launcher import device, launch
 
 Hook = Callable[[dist.ProcessGroup | None, dist.GradBucket], torch.futures.Future[torch.Tensor]]
@@ -73,7 +74,7 @@ def bf16_build_check() -> dict[str, object]:
 def _bf16_hook_outcome() -> str:
     """What DDP says when ``bf16_compress_hook`` is registered on this rank (gloo): "accepted" or its error."""
     try:
-        wrap(model(), device()).register_comm_hook(None, default_hooks.bf16_compress_hook)
+        wrap(make_model(), device()).register_comm_hook(None, default_hooks.bf16_compress_hook)
     except (TypeError, RuntimeError) as error:
         return f"{type(error).__name__}: {error}"
     return "accepted"
@@ -81,15 +82,15 @@ def _bf16_hook_outcome() -> str:
 
 def _gradients(batch: int, multipliers: list[float], hooks: list[str]) -> dict:
     rank, world, here = dist.get_rank(), dist.get_world_size(), device()
-    x, y = data(batch)
+    x, y = regression_batch(batch)
     mine = shard(batch, rank, world)
     grads = {}
     for multiplier in multipliers:
         for name in hooks:
-            ddp_model, hook = wrap(model(), here), _hooks()[name]
+            ddp_model, hook = wrap(make_model(), here), _hooks()[name]
             if hook is not None:
                 ddp_model.register_comm_hook(None, hook)
-            (loss_fn(ddp_model(x[mine].to(here)), y[mine].to(here)) * multiplier).backward()
+            (regression_loss(ddp_model(x[mine].to(here)), y[mine].to(here)) * multiplier).backward()
             grads[(multiplier, name)] = flat_grad(ddp_model.module)
     return {"grads": grads, "bf16_compress_hook": _bf16_hook_outcome()}
 

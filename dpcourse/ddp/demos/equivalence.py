@@ -4,7 +4,7 @@ come from rank 0.
 Each experiment is a pair: a worker (``_gradients``, ...) that runs in every rank under ``launch``, and a
 function the notebook calls (``gradients(...)``, ...) that starts the ranks and returns their numbers next
 to the single-device reference, as a dataclass whose ``str()`` is a small table. The ranks hand back CPU
-tensors (``lesson.flat_grad``), under NCCL too; the reference, computed in this process, is put on the same
+tensors (``examples.flat_grad``), under NCCL too; the reference, computed in this process, is put on the same
 device as theirs, so that every comparison runs on one device.
 """
 
@@ -15,7 +15,8 @@ from collections.abc import Sequence
 import torch
 import torch.distributed as dist
 
-from ..example import data, flat_grad, flat_weights, loss_fn, max_diff, model, shard, single_device, wrap
+from ...examples import flat_grad, flat_weights, make_model, max_diff, regression_batch, regression_loss, single_device
+from ..per_rank import shard, wrap
 from ..processes.launcher import device, launch
 
 
@@ -25,14 +26,14 @@ def _row(name: str, values: torch.Tensor) -> str:
 
 def _gradients(batch: int, sizes: Sequence[int] | None) -> dict:
     rank, world, here = dist.get_rank(), dist.get_world_size(), device()
-    ddp_model = wrap(model(), here)
-    x, y = data(batch)
+    ddp_model = wrap(make_model(), here)
+    x, y = regression_batch(batch)
     mine = shard(batch, rank, world, sizes)
     with ddp_model.no_sync():  # backward without the all-reduce: this rank's own gradient
-        loss_fn(ddp_model(x[mine].to(here)), y[mine].to(here)).backward()
+        regression_loss(ddp_model(x[mine].to(here)), y[mine].to(here)).backward()
     local = flat_grad(ddp_model.module)
     ddp_model.zero_grad()
-    loss_fn(ddp_model(x[mine].to(here)), y[mine].to(here)).backward()
+    regression_loss(ddp_model(x[mine].to(here)), y[mine].to(here)).backward()
     return {"shard": mine, "local": local, "synced": flat_grad(ddp_model.module)}
 
 
@@ -72,7 +73,7 @@ class Gradients:
 
 
 def gradients(world_size: int = 2, batch: int = 8, sizes: Sequence[int] | None = None) -> Gradients:
-    """One backward under DDP on ``world_size`` ranks, each on its shard of one batch (``lesson.shard``).
+    """One backward under DDP on ``world_size`` ranks, each on its shard of one batch (``per_rank.shard``).
 
     With equal shards the averaged gradient equals the full-batch gradient; with ``sizes=[5, 3]`` it does
     not, because each rank's mean gives its samples weight ``1/(N * b_rank)`` instead of ``1/B``.
@@ -85,18 +86,18 @@ def gradients(world_size: int = 2, batch: int = 8, sizes: Sequence[int] | None =
 
 def _training(steps: int, batch: int, lr: float) -> dict:
     rank, world, here = dist.get_rank(), dist.get_world_size(), device()
-    module = model(seed=rank)  # every rank starts from different weights, on purpose
+    module = make_model(seed=rank)  # every rank starts from different weights, on purpose
     before = flat_weights(module)
     ddp_model = wrap(module, here)
     after_wrap = flat_weights(module)
     storage = [p.data_ptr() for p in module.parameters()]
     optimizer = torch.optim.SGD(ddp_model.parameters(), lr=lr)
-    x, y = data(steps * batch)
+    x, y = regression_batch(steps * batch)
     weights, losses, same_storage = [], [], True
     for step in range(steps):
         mine = [step * batch + i for i in shard(batch, rank, world)]
         optimizer.zero_grad()
-        loss = loss_fn(ddp_model(x[mine].to(here)), y[mine].to(here))
+        loss = regression_loss(ddp_model(x[mine].to(here)), y[mine].to(here))
         loss.backward()
         optimizer.step()
         weights.append(flat_weights(module))
@@ -150,7 +151,7 @@ def train(world_size: int = 2, steps: int = 3, batch: int = 16, lr: float = 0.1)
 
 def _buffers(batch: int, sync_buffers: bool) -> dict:
     rank, world, here = dist.get_rank(), dist.get_world_size(), device()
-    module = model(batchnorm=True)
+    module = make_model(batchnorm=True)
     norm = module[1]
     norm.running_mean.fill_(float(rank))  # every rank starts with different buffers, on purpose
     before = norm.running_mean.clone()
@@ -159,11 +160,11 @@ def _buffers(batch: int, sync_buffers: bool) -> dict:
     at_start: list[torch.Tensor] = []
     # Runs inside DDP's forward, after DDP's own buffer broadcast, before BatchNorm updates its statistics.
     norm.register_forward_pre_hook(lambda m, _: at_start.append(m.running_mean.detach().cpu().clone()))
-    x, y = data(2 * batch)
+    x, y = regression_batch(2 * batch)
     after_forward = []
     for step in range(2):
         mine = [step * batch + i for i in shard(batch, rank, world)]
-        loss_fn(ddp_model(x[mine].to(here)), y[mine].to(here)).backward()
+        regression_loss(ddp_model(x[mine].to(here)), y[mine].to(here)).backward()
         after_forward.append(norm.running_mean.detach().cpu().clone())
     return {"before": before.cpu(), "after_wrap": after_wrap.cpu(), "at_start": at_start, "after": after_forward}
 

@@ -18,7 +18,7 @@ from dpcourse.examples import loss_fn
 from dpcourse.memory.accounting import Breakdown, SavedTensors, device_bytes, state_tensors, storage_bytes
 from dpcourse.memory.workload import Setup, make_optimizer
 
-from ..example import shard, wrap
+from ..per_rank import shard, wrap
 from ..processes.launcher import device, launch
 
 

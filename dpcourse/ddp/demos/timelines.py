@@ -31,9 +31,10 @@ from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_
 
 from ...data_parallel import DataParallel
 from ...devices import devices
+from ...examples import make_model, regression_batch, regression_loss
 from ...timing import StepTimes, synchronized_clock, timed_step
 from ...trace import Span, Trace, bytes_of, trace
-from ..example import data, loss_fn, model, shard, wrap
+from ..per_rank import shard, wrap
 from ..processes.launcher import device, launch
 
 LEARNING_RATE = 0.1
@@ -77,7 +78,7 @@ class _Recorder:
 
 def _timeline(steps: int, batch: int, hidden: int, depth: int, bucket_cap_mb: float) -> list[dict]:
     rank, world, here = dist.get_rank(), dist.get_world_size(), device()
-    module = model(hidden=hidden, depth=depth)
+    module = make_model(hidden=hidden, depth=depth)
     dist.barrier()
     origin = torch.tensor([time.perf_counter()], dtype=torch.float64, device=here)
     dist.broadcast(origin, src=0)
@@ -87,11 +88,11 @@ def _timeline(steps: int, batch: int, hidden: int, depth: int, bucket_cap_mb: fl
     recorder.add("replicate", start, recorder.now(),
                  bytes_copied=bytes_of(list(module.parameters()) + list(module.buffers())))
     ddp_model.register_comm_hook(None, recorder.allreduce_hook)
-    x, y = data(steps * batch)
+    x, y = regression_batch(steps * batch)
     for step in range(steps):
         mine = [step * batch + i for i in shard(batch, rank, world)]
         inputs, targets = x[mine].to(here), y[mine].to(here)
-        times = timed_step(ddp_model, module, inputs, functools.partial(loss_fn, target=targets), LEARNING_RATE,
+        times = timed_step(ddp_model, module, inputs, functools.partial(regression_loss, target=targets), LEARNING_RATE,
                            recorder.now)
         recorder.add_step(times, [list(inputs.shape)])
     return [dataclasses.asdict(span) for span in recorder.spans]
@@ -118,13 +119,13 @@ def dp_timeline(n: int = 2, steps: int = 3, batch: int = 64, hidden: int = 512, 
     the outputs are gathered. On a GPU the phases end with a synchronize, as the DDP ranks' spans do.
     """
     dp_devices = devices(n)
-    module = model(hidden=hidden, depth=depth).to(dp_devices[0])
+    module = make_model(hidden=hidden, depth=depth).to(dp_devices[0])
     dp = DataParallel(module, devices=dp_devices)
-    x, y = data(steps * batch)
+    x, y = regression_batch(steps * batch)
     clock = synchronized_clock(dp_devices)
     with trace() as recorded:
         for step in range(steps):
             part = slice(step * batch, (step + 1) * batch)
-            loss = functools.partial(loss_fn, target=y[part].to(dp_devices[0]))
+            loss = functools.partial(regression_loss, target=y[part].to(dp_devices[0]))
             timed_step(dp, module, x[part].to(dp_devices[0]), loss, LEARNING_RATE, clock)
     return recorded

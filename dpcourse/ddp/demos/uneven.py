@@ -25,7 +25,8 @@ import torch
 import torch.distributed as dist
 from torch.nn.utils import vector_to_parameters
 
-from ..example import data, flat_weights, loss_fn, model, wrap
+from ...examples import flat_weights, make_model, regression_batch, regression_loss
+from ..per_rank import wrap
 from ..processes.launcher import device, launch
 
 MODES = ("no join", "join", "join, divide by ranks left")
@@ -46,12 +47,12 @@ def _joining(ddp_model: torch.nn.Module, mode: str) -> contextlib.AbstractContex
 
 def _uneven(batches: list[int], timeout: float, batch: int) -> dict:
     rank, here = dist.get_rank(), device()
-    x, y = data(sum(batches) * batch)
+    x, y = regression_batch(sum(batches) * batch)
     # Created up front: creating a group waits for every rank with the group's own, short, timeout.
     groups = [dist.new_group(timeout=datetime.timedelta(seconds=timeout)) for _ in MODES]
     results = {}
     for mode, group in zip(MODES, groups, strict=True):
-        ddp_model = wrap(model(), here, process_group=group)
+        ddp_model = wrap(make_model(), here, process_group=group)
         optimizer = torch.optim.SGD(ddp_model.parameters(), lr=LR)
         weights, error, started = [flat_weights(ddp_model.module)], None, time.monotonic()
         try:
@@ -59,7 +60,7 @@ def _uneven(batches: list[int], timeout: float, batch: int) -> dict:
                 for step in range(batches[rank]):
                     rows = _rows(batches, rank, step, batch)
                     optimizer.zero_grad()
-                    loss_fn(ddp_model(x[rows].to(here)), y[rows].to(here)).backward()
+                    regression_loss(ddp_model(x[rows].to(here)), y[rows].to(here)).backward()
                     optimizer.step()
                     weights.append(flat_weights(ddp_model.module))
         except RuntimeError as failure:
@@ -95,11 +96,11 @@ class Uneven:
         step = len(weights) - 2
         applied = (weights[-2] - weights[-1]) / LR
         here = weights[-2].device  # the rank's weights came back to this process: recompute beside them
-        local = model().to(here)
+        local = make_model().to(here)
         vector_to_parameters(weights[-2].clone(), local.parameters())
-        x, y = (t.to(here) for t in data(sum(self.batches) * self.batch))
+        x, y = (t.to(here) for t in regression_batch(sum(self.batches) * self.batch))
         rows = _rows(self.batches, rank, step, self.batch)
-        loss_fn(local(x[rows]), y[rows]).backward()
+        regression_loss(local(x[rows]), y[rows]).backward()
         own = torch.cat([p.grad.flatten() for p in local.parameters()])
         return (applied @ own / (own @ own)).item()
 

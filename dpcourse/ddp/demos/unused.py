@@ -24,7 +24,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from ..example import data, loss_fn, model, wrap
+from ...examples import make_model, regression_batch, regression_loss
+from ..per_rank import wrap
 from ..processes.launcher import device, launch
 
 
@@ -58,18 +59,18 @@ def _stderr_to(path: str) -> Iterator[None]:
 def _steps(ddp_model: nn.Module, steps: int) -> str | None:
     """``steps`` forward/backward passes on this rank's 4 samples; the error message that stopped them, if any."""
     rank, here = dist.get_rank(), device()
-    x, y = data(8)
+    x, y = regression_batch(8)
     rows = slice(4 * rank, 4 * rank + 4)
     for _ in range(steps):
         try:
-            loss_fn(ddp_model(x[rows].to(here)), y[rows].to(here)).backward()
+            regression_loss(ddp_model(x[rows].to(here)), y[rows].to(here)).backward()
         except RuntimeError as error:
             return str(error)
     return None
 
 
 def _seconds_per_step(find_unused_parameters: bool, steps: int) -> float:
-    ddp_model = wrap(model(hidden=64, depth=10), device(), find_unused_parameters=find_unused_parameters)
+    ddp_model = wrap(make_model(hidden=64, depth=10), device(), find_unused_parameters=find_unused_parameters)
     _steps(ddp_model, 2)  # warm-up: the first iterations build and rebuild the buckets
     dist.barrier()
     started = time.perf_counter()
@@ -83,7 +84,7 @@ def _unused(timing_steps: int) -> dict:
     found = wrap(TwoHeads(), here, find_unused_parameters=True)
     found_error = _steps(found, 3)
     static_error = _steps(wrap(TwoHeads(), here, static_graph=True), 3)
-    nothing_unused = wrap(model(), here, find_unused_parameters=True)
+    nothing_unused = wrap(make_model(), here, find_unused_parameters=True)
     with tempfile.NamedTemporaryFile(suffix=".log") as log:
         with _stderr_to(log.name):
             _steps(nothing_unused, 2)

@@ -27,7 +27,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from ..example import data, flat_grad, loss_fn, model, shard, wrap
+from ...examples import flat_grad, make_model, regression_batch, regression_loss
+from ..per_rank import shard, wrap
 from ..processes.launcher import device, launch
 
 
@@ -96,13 +97,13 @@ class GradientBuckets:
 
 def _compare(batch: int, bucket_bytes: int) -> dict:
     rank, world, here = dist.get_rank(), dist.get_world_size(), device()
-    x, y = data(batch)
+    x, y = regression_batch(batch)
     mine = shard(batch, rank, world)
-    ddp_model = wrap(model(), here)
-    loss_fn(ddp_model(x[mine].to(here)), y[mine].to(here)).backward()
-    ours = model(seed=rank).to(here)  # different weights on every rank: GradientBuckets broadcasts rank 0's
+    ddp_model = wrap(make_model(), here)
+    regression_loss(ddp_model(x[mine].to(here)), y[mine].to(here)).backward()
+    ours = make_model(seed=rank).to(here)  # different weights on every rank: GradientBuckets broadcasts rank 0's
     buckets = GradientBuckets(ours, bucket_bytes)
-    loss_fn(ours(x[mine].to(here)), y[mine].to(here)).backward()
+    regression_loss(ours(x[mine].to(here)), y[mine].to(here)).backward()
     buckets.wait()
     return {"ddp": flat_grad(ddp_model.module), "ours": flat_grad(ours), "still_to_come": buckets.still_to_come,
             "buckets": [[name for name, _ in bucket] for bucket in buckets.buckets]}

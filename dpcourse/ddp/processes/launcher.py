@@ -10,7 +10,7 @@
    ``MASTER_ADDR``, ``MASTER_PORT``), call ``init_from_env()``, run ``worker(*args)``, save its result;
 4. wait for all of them, with a deadline; on the first failure stop the others and raise ``WorkerError``.
 
-The environment is the same as under torchrun, so a worker runs unchanged there (``dpcourse.ddp_train``).
+The environment is the same as under torchrun, so a worker runs unchanged there (``dpcourse.scripts.train_ddp``).
 
 No orphans: ``ProcessContext.join`` (``torch/multiprocessing/spawn.py``) stops the other ranks when one
 fails; ``launch`` adds a deadline and stops every rank on any way out (an error, a timeout, a Jupyter

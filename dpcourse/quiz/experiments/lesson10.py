@@ -2,16 +2,16 @@
 real ranks.
 
 Each experiment starts 2 DDP processes with ``dpcourse.ddp.gradients`` (through ``ddp.launch``: gloo on CPU, NCCL
-with a GPU per rank), on the lesson's MLP and data (``dpcourse.ddp.example``), so its numbers read next to the
-lesson's own tables. The first launch in a Python process also starts the server that forks the ranks, which
-imports torch: about 3 s on an idle 2-core machine. Later launches take about 0.1 s; in lesson 10, the cells
-above the quizzes have started that server already.
+with a GPU per rank), on the lesson's MLP and data (``examples.make_model``, ``examples.regression_batch``), so its
+numbers read next to the lesson's own tables. The first launch in a Python process also starts the server that
+forks the ranks, which imports torch: about 3 s on an idle 2-core machine. Later launches take about 0.1 s; in
+lesson 10, the cells above the quizzes have started that server already.
 """
 
 import torch
 
 from dpcourse import ddp
-from dpcourse.ddp import example as ddp_example
+from dpcourse.examples import flat_grad, make_model, regression_batch, regression_loss
 
 from ..lab import first_device, replica_gradients, rounded_values, seeded_module
 from ..outcome import Outcome, only_true
@@ -32,11 +32,11 @@ def _data_parallel_gradients(batch: int) -> tuple[list[torch.Tensor], torch.Tens
 
     All flattened in ``parameters()`` order, on the CPU, like ``ddp.gradients``' numbers.
     """
-    model = seeded_module(ddp_example.model)  # the weights every DDP rank starts from: ddp_example.model(seed=0)
-    x, y = (t.to(first_device()) for t in ddp_example.data(batch))
-    copies = replica_gradients(model, x, lambda out: ddp_example.loss_fn(out, y), 2)
+    model = seeded_module(make_model)  # the weights every DDP rank starts from: make_model(seed=0)
+    x, y = (t.to(first_device()) for t in regression_batch(batch))
+    copies = replica_gradients(model, x, lambda out: regression_loss(out, y), 2)
     per_replica = [torch.cat([g.flatten() for g in grads.values()]).cpu() for grads in copies]
-    return per_replica, ddp_example.flat_grad(model)
+    return per_replica, flat_grad(model)
 
 
 def ddp_averages_dp_sums() -> Outcome:
@@ -75,13 +75,13 @@ def ddp_averages_dp_sums() -> Outcome:
 
 def _per_sample_gradients(batch: int) -> list[torch.Tensor]:
     """The gradient of each sample's own loss, on one device, flattened like ``ddp.gradients``' numbers."""
-    model = seeded_module(ddp_example.model)
-    x, y = (t.to(first_device()) for t in ddp_example.data(batch))
+    model = seeded_module(make_model)
+    x, y = (t.to(first_device()) for t in regression_batch(batch))
     gradients = []
     for i in range(batch):
         model.zero_grad()
-        ddp_example.loss_fn(model(x[i : i + 1]), y[i : i + 1]).backward()
-        gradients.append(ddp_example.flat_grad(model))
+        regression_loss(model(x[i : i + 1]), y[i : i + 1]).backward()
+        gradients.append(flat_grad(model))
     return gradients
 
 

@@ -1,4 +1,5 @@
-"""Test setup shared by every test: a headless matplotlib backend, the `cuda` marker's skip, the lesson markers.
+"""Test setup shared by every test: a headless matplotlib backend, the `cuda` marker's skip, the lesson markers,
+and, on pytest-xdist's controller, the browser tests' timings that its workers send (tests/browser/conftest.py).
 
 The `cuda`, `browser` and `slow` markers are registered in pyproject.toml, the `lessonNN` ones from dpcourse.course.
 """
@@ -50,6 +51,21 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     skip = pytest.mark.skip(reason="needs CUDA; run on a GPU machine")
     for item in cuda_tests:
         item.add_marker(skip)
+
+
+BROWSER_TIMINGS: dict[str, float] = {}  # step -> seconds, from every worker that ran browser tests
+
+
+@pytest.hookimpl(optionalhook=True)  # a pytest-xdist hook: without the plugin, pytest never calls it
+def pytest_testnodedown(node, error) -> None:
+    BROWSER_TIMINGS.update(getattr(node, "workeroutput", {}).get("browser_timings", {}))
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if BROWSER_TIMINGS:
+        terminalreporter.section("browser tests: seconds per step")
+        for name, seconds in BROWSER_TIMINGS.items():
+            terminalreporter.write_line(f"{seconds:7.1f}  {name}")
 
 
 @pytest.fixture

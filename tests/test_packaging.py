@@ -1,9 +1,9 @@
-"""The install files agree: requirements.txt, environment.yml, pyproject.toml, README and .ci/run.
+"""The install files: requirements.txt is the one list of what the course needs, and the rest read it.
 
-requirements.txt (the learner's install) holds what the course imports and no test tools; those are the
-package's `test` extra, which README's test command and .ci/run install. `packaging` parses the specs (pytest
-depends on it, so it is always there); environment.yml is read with a small line parser so the tests need no
-YAML library.
+pyproject.toml takes its dependencies from requirements.txt (setuptools' dynamic metadata) and environment.yml's
+pip list reads it; the test tools are the package's `test` extra, which README's test command and .ci/run
+install. `packaging` parses the specs (pytest depends on it, so it is always there); environment.yml is read
+with a small line parser so the tests need no YAML library.
 """
 
 import ast
@@ -75,16 +75,15 @@ def pyproject() -> dict:
     return tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
 
 
-def test_pyproject_dependencies_are_in_requirements_txt() -> None:
-    dependencies = pyproject()["dependencies"]
-    requirements = specs_by_name(requirements_txt_lines())
-    for dependency in map(Requirement, dependencies):
-        name = canonicalize_name(dependency.name)
-        assert name in requirements, f"pyproject.toml needs {dependency}, requirements.txt lacks {name}"
-        if dependency.specifier:
-            assert requirements[name] == dependency.specifier, (
-                f"pyproject.toml says {dependency}, requirements.txt says {name}{requirements[name]}"
-            )
+def test_the_package_dependencies_are_requirements_txt_which_holds_only_requirements() -> None:
+    """One list: setuptools reads requirements.txt, which may hold comments but no pip options (-r, --index-url)."""
+    project = pyproject()
+    assert "dependencies" not in project and "dependencies" in project["dynamic"]
+    dynamic = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["dynamic"]
+    assert dynamic["dependencies"] == {"file": ["requirements.txt"]}
+    for line in requirements_txt_lines():
+        assert not line.startswith("-"), f"requirements.txt: setuptools cannot read the pip option {line!r}"
+        Requirement(line)
 
 
 def test_torch_requirement_is_a_range_that_keeps_the_cpu_wheel() -> None:
@@ -125,7 +124,7 @@ def test_ci_runs_readme_test_command_step_by_step() -> None:
 
 def test_requirements_txt_holds_no_test_tools_they_are_the_test_extra() -> None:
     test_extra = specs_by_name(pyproject()["optional-dependencies"]["test"])
-    assert {"pytest", "nbval", "hypothesis", "ruff", "playwright"} <= set(test_extra)
+    assert {"pytest", "pytest-xdist", "nbval", "hypothesis", "ruff", "playwright"} <= set(test_extra)
     learner = specs_by_name(requirements_txt_lines())
     assert not set(test_extra) & set(learner), "requirements.txt is the learner's install: no test tools"
 
@@ -160,15 +159,34 @@ def installed_closure(names: Iterable[str]) -> set[str]:
     return found
 
 
-def test_every_package_the_course_imports_comes_with_requirements_txt() -> None:
-    course = [*(ROOT / "dpcourse").rglob("*.py"), *(ROOT / "notebooks" / "src").glob("*.py")]
-    third_party = imported_modules(course) - set(sys.stdlib_module_names) - {"dpcourse"}
-    available = installed_closure(specs_by_name(requirements_txt_lines()))
+def not_brought_by(requirements: Iterable[str], paths: list[Path]) -> set[str]:
+    """The third-party modules ``paths`` import that no distribution ``requirements`` install would provide."""
+    local = {path.stem for path in paths} | {"dpcourse", "tests", "notebooks"}
+    third_party = imported_modules(paths) - set(sys.stdlib_module_names) - local
+    available = installed_closure(specs_by_name(requirements))
     distributions = metadata.packages_distributions()  # module name -> the distributions that install it
     providers = {module: set(map(canonicalize_name, dists)) for module, dists in distributions.items()}
-    missing = {module for module in third_party if not providers.get(module, set()) & available}
-    assert {"torch", "matplotlib", "ipywidgets", "filelock"} <= third_party
+    return {module for module in third_party if not providers.get(module, set()) & available}
+
+
+def test_every_package_the_course_imports_comes_with_requirements_txt() -> None:
+    course = [*(ROOT / "dpcourse").rglob("*.py"), *(ROOT / "notebooks" / "src").glob("*.py")]
+    assert {"torch", "matplotlib", "ipywidgets", "filelock"} <= imported_modules(course)
+    missing = not_brought_by(requirements_txt_lines(), course)
     assert not missing, f"the course imports {sorted(missing)}, which requirements.txt does not bring"
+
+
+def test_every_package_the_tests_import_comes_with_the_test_extra() -> None:
+    tools = [*(ROOT / "tests").rglob("*.py"), *(ROOT / "notebooks").glob("*.py"), *(ROOT / "docs").glob("*.py")]
+    missing = not_brought_by([*requirements_txt_lines(), *pyproject()["optional-dependencies"]["test"]], tools)
+    assert not missing, f"the tests import {sorted(missing)}, which neither requirements.txt nor [test] brings"
+
+
+def test_the_test_extra_brings_the_plugin_that_the_default_pytest_options_use() -> None:
+    addopts = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]["addopts"]
+    test_extra = specs_by_name(pyproject()["optional-dependencies"]["test"])
+    assert "--numprocesses" in addopts and "pytest-xdist" in test_extra
+    assert "--nbval" in addopts and "nbval" in test_extra
 
 
 def test_readme_tests_with_the_test_extra_and_opens_the_course_without_it() -> None:

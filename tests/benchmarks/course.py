@@ -27,7 +27,7 @@ NOTEBOOK_TIMEOUT_S = 1200  # for the whole course
 
 
 def notebook_times(folder: Path, run: bool) -> dict:
-    """Run every ``*.ipynb`` in ``folder`` under nbval in one pytest process, as CI does.
+    """Run every ``*.ipynb`` in ``folder`` under nbval in one pytest process (CI runs them on workers).
 
     ``total_s`` is that process's wall time (pytest start-up included); each notebook's ``seconds`` is the sum
     of its cells' times from pytest's JUnit report, its first cell including the kernel's start.
@@ -42,8 +42,10 @@ def notebook_times(folder: Path, run: bool) -> dict:
     with tempfile.TemporaryDirectory() as scratch:
         report = Path(scratch) / "junit.xml"
         start = time.perf_counter()
-        done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={report}",
-                               *map(str, found)], cwd=ROOT, capture_output=True, text=True, timeout=NOTEBOOK_TIMEOUT_S)
+        # -n 0: no pytest-xdist workers (the suite's default), so the times compare with the earlier runs'.
+        done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "0",
+                               f"--junitxml={report}", *map(str, found)],
+                              cwd=ROOT, capture_output=True, text=True, timeout=NOTEBOOK_TIMEOUT_S)
         total = time.perf_counter() - start
         cells = list(ElementTree.parse(report).getroot().iter("testcase")) if report.exists() else []
     notebooks = []

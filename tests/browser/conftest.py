@@ -7,7 +7,9 @@
 * ``browser``: Playwright driving that Chromium (Playwright's own browser download is never used).
 
 Screenshots go to artifacts/browser/ (gitignored). The session ends with a summary of how long each notebook
-took, so CI logs show where the time goes.
+took, so CI logs show where the time goes. Each pytest-xdist worker has its own session, so its own server and
+Chromium (ports and folders are its own too); it sends its timings to the controller, which prints them
+(tests/conftest.py).
 """
 
 import os
@@ -88,8 +90,14 @@ def page(lab_context: "BrowserContext") -> Iterator["Page"]:
         page.close()
 
 
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    workeroutput = getattr(session.config, "workeroutput", None)  # there on a pytest-xdist worker only
+    if workeroutput is not None:
+        workeroutput["browser_timings"] = dict(TIMINGS)
+
+
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    if TIMINGS:
+    if TIMINGS:  # one process (-n 0); with workers, the controller prints theirs
         terminalreporter.section("browser tests: seconds per step")
         for name, seconds in TIMINGS.items():
             terminalreporter.write_line(f"{seconds:7.1f}  {name}")

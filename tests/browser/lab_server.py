@@ -9,7 +9,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -29,14 +28,11 @@ SETTINGS = {
 START_TIMEOUT_S = 60
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 class LabServer:
-    """``python -m jupyterlab`` serving ``root_dir`` on 127.0.0.1 with a random port and token.
+    """``python -m jupyterlab`` serving ``root_dir`` on 127.0.0.1 with a port the OS gives it and a random token.
+
+    The server binds port 0 itself and writes the port it got into its runtime file: a port picked here and
+    handed over would stay free only until another process (a second pytest worker's server or ranks) took it.
 
     The server runs with this interpreter (``sys.executable``), so its ``python3`` kernelspec starts kernels
     with the same environment's Python. ``env`` is added to the server's environment, which its kernels inherit;
@@ -49,8 +45,7 @@ class LabServer:
         self.root_dir = root_dir
         self.state_dir = state_dir
         self.token = os.urandom(16).hex()
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
+        self.port: int | None = None  # known once start() has read the server's runtime file
         self.log_path = state_dir / "jupyterlab.log"
         self.process: subprocess.Popen | None = None
         self._env = env
@@ -59,7 +54,7 @@ class LabServer:
     def command(self) -> list[str]:
         command = [
             sys.executable, "-m", "jupyterlab", "--no-browser",
-            "--ip", "127.0.0.1", f"--port={self.port}", "--ServerApp.port_retries=0",
+            "--ip", "127.0.0.1", "--port=0", "--ServerApp.port_retries=0",
             f"--IdentityProvider.token={self.token}",
             f"--ServerApp.root_dir={self.root_dir}",
             "--LabApp.expose_app_in_browser=True",
@@ -93,14 +88,19 @@ class LabServer:
                 self.command(), env=self.environment(), stdout=log, stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL, start_new_session=True,
             )
+        # jupyter_server writes jpserver-<its pid>.json once it listens (dpcourse.open execs it: the same pid).
+        info_file = self.state_dir / "runtime" / f"jpserver-{self.process.pid}.json"
+        self.port = None
         deadline = time.monotonic() + START_TIMEOUT_S
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 raise RuntimeError(f"JupyterLab exited with status {self.process.returncode}:\n{self.log_tail()}")
             try:
+                if self.port is None:
+                    self.port = json.loads(info_file.read_text())["port"]
                 self.api("GET", "/api/status")
                 return
-            except (urllib.error.URLError, ConnectionError):
+            except (FileNotFoundError, json.JSONDecodeError, urllib.error.URLError, ConnectionError):
                 time.sleep(0.25)
         raise RuntimeError(f"JupyterLab did not answer /api/status within {START_TIMEOUT_S} s:\n{self.log_tail()}")
 
@@ -117,6 +117,10 @@ class LabServer:
             yield self
         finally:
             self.stop()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
 
     def api(self, method: str, path: str) -> object:
         request = urllib.request.Request(f"{self.url}{path}", method=method)
@@ -159,6 +163,6 @@ class CourseLab(LabServer):
     def command(self) -> list[str]:
         return [
             sys.executable, "-m", "dpcourse.open", f"--folder={self.root_dir}",
-            "--no-browser", f"--port={self.port}", "--ServerApp.port_retries=0",
+            "--no-browser", "--port=0", "--ServerApp.port_retries=0",
             f"--IdentityProvider.token={self.token}", "--LabApp.expose_app_in_browser=True",
         ]

@@ -26,7 +26,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch import nn
 
 from . import costmodel, examples
 from .data_parallel import DataParallel
@@ -34,7 +33,7 @@ from .timing import cuda_seconds
 from .trace import Trace, trace
 
 PATH = Path(__file__).parent / "recordings" / "gpu.json"
-WIDTHS = (256, 512, 256)  # lesson 09's MLP
+LESSON_MODEL = examples.MLP((256, 512, 256))  # lesson 09's compute-heavy MLP, built with its seed-0 weights
 BATCH = 256
 REPLICAS = (1, 2, 3, 4)
 WARMUP_STEPS, TIMED_STEPS, TRACED_STEPS = 5, 30, 3
@@ -48,18 +47,14 @@ DP_REPLICAS = (2, 3, 4)
 HELD_OUT = ((512, 4, 1024), (1024, 6, 4096))  # (hidden, depth, batch): measured, not fitted
 
 
-def lesson_model() -> nn.Sequential:
-    """Lesson 09's compute-heavy MLP, 256 -> 512 -> 256, with its seed-0 weights (``examples.mlp``)."""
-    return examples.mlp(WIDTHS)
-
-
 def calibration_setups() -> list[costmodel.Setup]:
     """What ``costmodel.fit_gpu`` needs: single-device steps, traced and untraced DP steps, and held-out ones."""
-    singles = [costmodel.Setup(h, d, 1, b) for sizes, batches in ((SMALL, SMALL_BATCHES), (WIDE, WIDE_BATCHES))
+    setup = costmodel.Setup.lesson_mlp
+    singles = [setup(h, d, 1, b) for sizes, batches in ((SMALL, SMALL_BATCHES), (WIDE, WIDE_BATCHES))
                for h, d in sizes for b in batches]
-    dp = [costmodel.Setup(h, d, n, batch, traced) for traced in (True, False)
+    dp = [setup(h, d, n, batch, traced) for traced in (True, False)
           for sizes, batch in ((SMALL, 256), (WIDE, 4096)) for h, d in sizes for n in DP_REPLICAS]
-    held_out = [costmodel.Setup(h, d, n, b) for h, d, b in HELD_OUT for n in (1, *DP_REPLICAS)]
+    held_out = [setup(h, d, n, b) for h, d, b in HELD_OUT for n in (1, *DP_REPLICAS)]
     return singles + dp + held_out
 
 
@@ -72,9 +67,9 @@ def _copy_bandwidth(device: torch.device, megabytes: int = 400, repeats: int = 1
 
 
 def _lesson_step(device: torch.device, replicas: int) -> dict[str, Any]:
-    model = lesson_model().to(device)
+    model = LESSON_MODEL.build().to(device)
     forward = model if replicas == 1 else DataParallel(model, devices=[device] * replicas)
-    x = torch.randn(BATCH, WIDTHS[0], generator=torch.Generator().manual_seed(0)).to(device)
+    x = torch.randn(BATCH, LESSON_MODEL.widths[0], generator=torch.Generator().manual_seed(0)).to(device)
 
     def step() -> None:
         model.zero_grad(set_to_none=True)
@@ -101,9 +96,9 @@ def record(device: str = "cuda:0") -> dict[str, Any]:
         "torch": torch.__version__,
         "cuda": torch.version.cuda,
         "date": datetime.date.today().isoformat(),
-        "model": {"widths": list(WIDTHS), "batch": BATCH, "step": "dp(x).pow(2).mean().backward()"},
+        "model": {"widths": list(LESSON_MODEL.widths), "batch": BATCH, "step": "dp(x).pow(2).mean().backward()"},
         "lesson_steps": [_lesson_step(gpu, n) for n in REPLICAS],
-        "calibration": [{**dataclasses.asdict(s), "seconds": seconds, "spans": spans}
+        "calibration": [{**s.as_row(), "seconds": seconds, "spans": spans}
                         for s, (seconds, spans) in zip(setups, measured, strict=True)],
         "copy_bytes_per_second": _copy_bandwidth(gpu),
     }

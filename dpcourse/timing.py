@@ -1,7 +1,7 @@
 """Timing training steps: one step timed phase by phase, and variants compared in turns on a shared machine.
 
 ``timed_step`` runs one training step (forward, loss and backward, SGD update) and reads a clock between
-the phases; the cost model, the benchmarks, the Timeline explorer, the scaling figure and the DDP timelines
+the phases; the cost model, the benchmarks, the trace explorer, the scaling figure and the DDP timelines
 all time their steps with it. On a GPU the clock must wait for the device (``synchronized_clock``): it runs
 asynchronously, so a host clock alone would time the launches only (PyTorch docs, ``notes/cuda.rst``,
 "Asynchronous execution").
@@ -67,7 +67,7 @@ def one_thread_per_operation() -> Iterator[None]:
     A CPU device of the course is then one core: N replicas keep N cores busy, and the backward, which the
     autograd engine runs on the calling thread for CPU tensors, one. With the default (a thread per core),
     the caller's operations on small tensors wake the other threads for nothing: 2 CPU devices on 2 cores
-    spent 32 ms of a second thread's time per Timeline run of 3 steps of 100 tiny layers (117 ms a run,
+    spent 32 ms of a second thread's time per TraceExplorer run of 3 steps of 100 tiny layers (117 ms a run,
     against 101-110 ms on one thread). ``parallel_apply`` shares the caller's threads among the CPU replicas.
     """
     threads = torch.get_num_threads()

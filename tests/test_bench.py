@@ -13,7 +13,8 @@ import ipywidgets as w
 import torch
 
 from dpcourse import timing
-from dpcourse.workloads import ModelToTime
+from dpcourse.examples.model import MLP
+from dpcourse.models_to_time import ModelToTime
 from tests.benchmarks import course, gpu
 from tests.benchmarks.rounds import watched
 
@@ -107,6 +108,6 @@ def test_the_replicate_bandwidth_measurement_runs_on_cpu_devices():
 
 
 def test_the_ddp_measurement_runs_two_gloo_ranks_on_cpu():
-    result = gpu.ddp_on_one_gpu(ModelToTime("tiny", (8, 16, 4)), batch=8, rounds=3, warmup=1, device="cpu")
+    result = gpu.ddp_on_one_gpu(ModelToTime("tiny", MLP((8, 16, 4))), batch=8, rounds=3, warmup=1, device="cpu")
     assert result["ranks"] == 2 and result["devices"] == ["cpu", "cpu"]
     assert result["steps"]["n"] == 3 and result["steps"]["median_ms"] > 0

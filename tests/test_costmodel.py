@@ -8,10 +8,9 @@ import pytest
 import torch
 from matplotlib.figure import Figure
 
-from dpcourse import costmodel
+from dpcourse import costmodel, examples
 from dpcourse.costmodel import EXAMPLE, PRESETS, Workload, formula, predict_speedup, step_time
 from dpcourse.viz import plot_speedup
-from dpcourse.workloads import lesson_mlp
 
 TINY = Workload(params=212, modules=4, batch=16)  # the lesson MLP
 
@@ -37,8 +36,18 @@ def test_calibrated_model_predicts_dp_steps_of_sizes_it_was_not_fitted_on_within
 def test_measure_runs_on_explicit_cpu_devices_on_a_gpu_machine_too(stand_in_gpu):
     # device="cpu" means the real CPU: the model, the batch and every replica stay there, whatever
     # dpcourse.devices(n) would choose (on a GPU machine, [cuda:0, ...]).
-    (seconds, spans), = costmodel.measure([costmodel.Setup(16, 2, devices=2, batch=8, traced=True)], rounds=1, steps=3)
+    setup = costmodel.Setup.lesson_mlp(16, 2, devices=2, batch=8, traced=True)
+    (seconds, spans), = costmodel.measure([setup], rounds=1, steps=3)
     assert seconds > 0 and spans["replicate"] > 0
+
+
+def test_a_setup_is_the_running_example_widened_and_a_recording_keeps_its_arguments():
+    setup = costmodel.Setup.lesson_mlp(32, 10, devices=3, batch=16, traced=True)
+    assert setup.kind == "DataParallel" and setup.model == examples.running_example(32, 10)
+    assert setup.as_row() == {"hidden": 32, "depth": 10, "devices": 3, "batch": 16, "traced": True}
+    assert costmodel.Setup.lesson_mlp(**setup.as_row()) == setup
+    with pytest.raises(ValueError, match=r"kind='DDP' is not one of \['DataParallel'\]\."):
+        costmodel.Setup(kind="DDP", devices=2)
 
 
 def test_every_term_is_in_the_formula_and_the_terms_add_up():
@@ -201,7 +210,7 @@ def test_resnet50_flops_and_params_agree_with_torchs_flop_counter_on_a_real_resn
 @pytest.mark.parametrize("hidden,depth", [(32, 10), (768, 3), (128, 6), (512, 4)])
 def test_an_mlps_6p_agrees_with_torchs_flop_counter(hidden, depth):
     with torch.device("meta"):
-        model = lesson_mlp(hidden, depth).model()
+        model = examples.running_example(hidden, depth).build()
         counted = counted_flops(model, torch.randn(1, 8))
     assert abs(Workload.of(model, batch=1).flops / counted - 1) < 0.05
 

@@ -18,14 +18,14 @@ from dpcourse.costmodel import PRESETS, Workload
 from dpcourse.ddp.demos import collectives, compare
 from dpcourse.ddp.demos.compression import Compression
 from dpcourse.ddp.demos.sampling import SETUPS, rank_orders
-from dpcourse.memory import MLP, Setup
+from dpcourse.memory import Setup, sized_mlp
 from dpcourse.quiz import EXPERIMENTS, run_experiment
 from dpcourse.sharded import ranks, zero3_measure
 from dpcourse.ui import png, redraw
 from dpcourse.viz.gallery import FIGURES as GALLERY
 from dpcourse.viz.gallery import example_trace
 from dpcourse.viz.timeline_canvas import TimelineCanvas
-from dpcourse.widgets import timeline as widgets_timeline
+from dpcourse.widgets import trace_explorer
 from tests.figure_checks import problems
 from tests.helpers import narrow_spans, scaled
 
@@ -64,9 +64,9 @@ CASES = {
     "bytes_per_rank-lesson13": lambda: viz.bytes_per_rank(
         compare.compare(numels=(1_200,), repeats=1), 4_800, {2: 1.0, 3: 2.0, 4: 3.0}),
     "memory_bars-8-devices-GiB": lambda: viz.memory_bars([
-        memory.predict(Setup(model=MLP(width=4096, classes=128000))),
-        memory.predict(Setup(kind="DataParallel", devices=8, model=MLP(width=4096, classes=128000))),
-        memory.predict(Setup(kind="DDP", devices=8, model=MLP(width=4096, classes=128000)))]),
+        memory.predict(Setup(model=sized_mlp(width=4096, classes=128000))),
+        memory.predict(Setup(kind="DataParallel", devices=8, model=sized_mlp(width=4096, classes=128000))),
+        memory.predict(Setup(kind="DDP", devices=8, model=sized_mlp(width=4096, classes=128000)))]),
     "shard_layout-lesson18": lambda: viz.shard_layout(
         [(name, p.numel()) for name, p in examples.mlp((8, 15, 15, 4)).named_parameters()], 4),
     "gradient_bytes-lesson19": lambda: viz.gradient_bytes({
@@ -152,11 +152,11 @@ def test_no_explorer_figure_has_overlapping_text_at_its_controls_ends(name, monk
         drawn.append((repr(explorer), problems(fig)))
         return b""
 
-    monkeypatch.setattr(png, "png_bytes", checked_png)  # every explorer's figure_png and Timeline's placeholder
-    monkeypatch.setattr(redraw, "encode", lambda agg: checked_png(agg.figure))  # Timeline's kept figures
-    # Timeline's placeholder is drawn once per process: drawn here too, and not left cached as b"".
-    widgets_timeline.placeholder_png.cache_clear()
-    request.addfinalizer(widgets_timeline.placeholder_png.cache_clear)
+    monkeypatch.setattr(png, "png_bytes", checked_png)  # every explorer's figure_png and TraceExplorer's placeholder
+    monkeypatch.setattr(redraw, "encode", lambda agg: checked_png(agg.figure))  # TraceExplorer's kept figures
+    # TraceExplorer's placeholder is drawn once per process: drawn here too, and not left cached as b"".
+    trace_explorer.placeholder_png.cache_clear()
+    request.addfinalizer(trace_explorer.placeholder_png.cache_clear)
     explorer = getattr(widgets, name)()
     buttons = [c for c in explorer.controls.values() if isinstance(c, ipywidgets.Button)]
     for corner in _corners(explorer):

@@ -12,19 +12,19 @@ import pytest
 import torch
 
 import dpcourse
-from dpcourse import memory
+from dpcourse import examples, memory
 from dpcourse.ddp.demos.memory import measure_ddp, measure_ranks
-from dpcourse.memory import CATEGORIES, MLP, Setup
+from dpcourse.memory import CATEGORIES, Setup, sized_mlp
 from dpcourse.memory.peak import allocations
 
-SMALL = MLP(width=128, depth=3, classes=100)
+SMALL = sized_mlp(width=128, depth=3, classes=100)
 BOUND = 0.10  # the calculator's promise: within 10% of the measurement, on every device
 
 SETUPS = {
     "one device, Adam": Setup(),
     "one device, SGD, big batch": Setup(batch=1024, optimizer="SGD", model=SMALL),
     "one device, momentum, 32000 classes": Setup(batch=32, optimizer="SGD with momentum",
-                                                 model=MLP(width=64, depth=2, classes=32000)),
+                                                 model=sized_mlp(width=64, depth=2, classes=32000)),
     "DataParallel x4, Adam": Setup(kind="DataParallel", devices=4),
     "DataParallel x3, uneven chunks": Setup(kind="DataParallel", devices=3, batch=10, optimizer="SGD", model=SMALL),
     "DataParallel x4, fewer chunks than devices": Setup(kind="DataParallel", devices=4, batch=2, model=SMALL),
@@ -69,9 +69,9 @@ def test_the_calculator_is_within_10_percent_of_the_measurement_on_every_device(
 def test_optimizer_state_is_what_torch_keeps_none_one_or_two_copies_and_adams_step_counters(measured):
     parameter_bytes = Setup().model.parameters * 4
     for optimizer, copies, counters in [("SGD", 0, 0), ("SGD with momentum", 1, 0), ("Adam", 2, 4 * 8)]:
-        model = MLP().build()
+        model = sized_mlp().build()
         step = memory.make_optimizer(optimizer, model.parameters())
-        memory.loss_fn(model(MLP().batch(4)[0]), MLP().batch(4)[1]).backward()
+        memory.loss_fn(model(sized_mlp().batch(4)[0]), sized_mlp().batch(4)[1]).backward()
         step.step()
         assert memory.storage_bytes(memory.state_tensors(step)) == copies * parameter_bytes + counters
     assert measured["one device, Adam"].devices[0]["optimizer state"] == 2 * parameter_bytes + 32
@@ -95,7 +95,7 @@ def test_dataparallel_device0_holds_the_model_once_two_sets_of_gradients_and_all
 
 def test_activations_split_with_the_chunks_and_idle_devices_hold_nothing(measured):
     uneven = measured["DataParallel x3, uneven chunks"]
-    per_sample = SMALL.saved_per_sample * 4
+    per_sample = memory.saved_per_sample(SMALL) * 4
     assert [d["activations"] for d in uneven.devices] == [4 * per_sample, 4 * per_sample, 2 * per_sample]
     idle = measured["DataParallel x4, fewer chunks than devices"]
     assert idle.totals[2:] == [0, 0] and all(idle.totals[:2])
@@ -141,8 +141,8 @@ def test_replica_copies_share_one_buffer_that_outlives_most_of_the_backward():
 
 def test_the_profiler_sees_exactly_what_the_saved_tensor_hooks_count():
     # Allocated during forward and loss and still allocated after them: the saved tensors, the output and the loss.
-    model = MLP().build()
-    x, y = MLP().batch(32)
+    model = sized_mlp().build()
+    x, y = sized_mlp().batch(32)
     recorders = []
 
     def forward_and_loss():
@@ -160,7 +160,7 @@ def test_the_profiler_sees_exactly_what_the_saved_tensor_hooks_count():
 
 
 def test_the_profilers_peak_is_within_10_percent_of_the_kinds_added_up_for_the_lessons_model():
-    steps = memory.timeline(Setup())
+    steps = memory.profile_step(Setup())
     assert set(steps.phases) == {"forward", "loss", "backward", "optimizer step"}
     assert steps.peak_phase == "optimizer step"  # Adam's foreach sqrt of exp_avg_sq, on top of everything
     assert math.isclose(steps.peak, memory.predict(Setup()).totals[0], rel_tol=BOUND)
@@ -171,14 +171,17 @@ BAD = [
                                         "got nan."),
     (lambda: Setup(batch=-3), "batch must be a whole number >= 1"),
     (lambda: Setup(kind="DataParallel", devices=0), "devices must be a whole number >= 1 (replicas or ranks); got 0."),
-    (lambda: MLP(width=0), "width must be a whole number >= 1 (units per hidden layer); got 0."),
-    (lambda: MLP(depth=2.5), "depth must be a whole number >= 1 (Linear layers); got 2.5."),
-    (lambda: MLP(classes=float("inf")), "classes must be a whole number >= 1 (outputs per sample); got inf."),
-    (lambda: MLP(features=True), "features must be a whole number >= 1"),
+    (lambda: sized_mlp(width=0), "width must be a whole number >= 1 (units per hidden layer); got 0."),
+    (lambda: sized_mlp(depth=2.5), "depth must be a whole number >= 1 (Linear layers); got 2.5."),
+    (lambda: sized_mlp(classes=float("inf")), "classes must be a whole number >= 1 (outputs per sample); got inf."),
+    (lambda: sized_mlp(features=True), "features must be a whole number >= 1"),
     (lambda: Setup(optimizer="adam"), "optimizer='adam' is not one of ['SGD', 'SGD with momentum', 'Adam']."),
     (lambda: Setup(kind="FSDP"), "kind='FSDP' is not one of ['one device', 'DataParallel', 'DDP', 'ZeRO-1', 'ZeRO-2', "
                                   "'ZeRO-3']."),
     (lambda: Setup(devices=2), "devices=2 with kind='one device': use kind='DataParallel', 'DDP' or a ZeRO stage."),
+    (lambda: Setup(model="big"), "model must be a dpcourse.examples.MLP, got str."),
+    (lambda: Setup(model=examples.MLP((8, 16, 4), batchnorm=True)), "model=MLP(widths=(8, 16, 4), batchnorm=True, "
+                                                                    "relu=True): memory counts Linear layers"),
 ]
 
 
@@ -204,7 +207,7 @@ def test_measure_ranks_refuses_a_setup_that_is_not_ddp_or_on_other_ranks():
 # 16 MiB weights) and the batch small, so that what the accounting leaves out stays small next to it: the gradient
 # flowing through a layer, and under DataParallel one replica's weight gradient copied to device 0 to be added
 # (dpcourse/comm.py: _sum_bucket). Plain SGD: its foreach step allocates nothing.
-GPU_MODEL = MLP(width=2048, depth=12)
+GPU_MODEL = sized_mlp(width=2048, depth=12)
 
 
 @pytest.mark.cuda

@@ -82,7 +82,7 @@ def test_dataparallel_memory_follows_the_replica_that_is_the_model(monkeypatch):
         return [replicas[1], replicas[0], *replicas[2:]]
 
     monkeypatch.setattr(DataParallel, "replicate", model_on_device_1)
-    small = memory.MLP(width=32, depth=2, classes=10)
+    small = memory.sized_mlp(width=32, depth=2, classes=10)
     totals = memory.measure(Setup(kind="DataParallel", devices=3, batch=12, model=small)).totals
     assert totals[1] > max(totals[0], totals[2])
     with pytest.raises(RuntimeError, match="these hold: none"):  # no option says "device 1"

@@ -35,8 +35,8 @@ def test_every_replica_count_has_its_step_times_and_traced_steps(gpu):
 
 
 def test_the_bytes_are_the_lesson_models(gpu):
-    parameter_bytes = sum(p.nbytes for p in recording.lesson_model().parameters())
-    output_bytes = recording.BATCH * recording.WIDTHS[-1] * 4
+    parameter_bytes = recording.LESSON_MODEL.parameters * 4
+    output_bytes = recording.BATCH * recording.LESSON_MODEL.widths[-1] * 4
     for n, traces in gpu.traces.items():
         for trace in traces:
             (replicate,), (reduce_add,), (gather,) = (trace.steps(s) for s in ("replicate", "reduce-add", "gather"))

@@ -12,11 +12,11 @@ import math
 import pytest
 
 from dpcourse import memory
-from dpcourse.memory import CATEGORIES, MLP, Setup, sharding
+from dpcourse.memory import CATEGORIES, Setup, sharding, sized_mlp
 from dpcourse.sharded.memory import measure_sharded
 
 # 35 rows per hidden layer and 7 classes: no layer splits evenly over 2 or 3 ranks, so the shards are padded.
-MODEL = MLP(features=10, width=35, depth=4, classes=7)
+MODEL = sized_mlp(features=10, width=35, depth=4, classes=7)
 STAGES = ("ZeRO-1", "ZeRO-2", "ZeRO-3")
 BOUND = 0.10
 
@@ -53,7 +53,7 @@ def test_each_stage_shards_what_it_names(measured):
     ranks = [zero1.devices, zero2.devices, zero3.devices]
     # ZeRO-1: whole parameters and gradients; the optimizer state split, every tensor on exactly one rank
     assert all(d["parameters"] == d["gradients"] == whole for d in ranks[0])
-    assert sum(d["optimizer state"] for d in ranks[0]) == 2 * whole + 4 * MODEL.tensors
+    assert sum(d["optimizer state"] for d in ranks[0]) == 2 * whole + 4 * memory.parameter_tensors(MODEL)
     assert all(d["optimizer state"] < 2 * whole for d in ranks[0])
     # ZeRO-2 and 3: no rank holds all the gradients or all the state; ZeRO-3 holds less of the parameters
     assert all(d["gradients"] < whole and d["optimizer state"] < 2 * whole for d in ranks[1] + ranks[2])
@@ -88,8 +88,8 @@ def test_a_shard_is_ceil_rows_over_ranks_rows_and_the_stages_keep_less_and_less(
         totals = [memory.predict(Setup(kind=kind, devices=n, model=MODEL)).totals[0] for kind in ("DDP", *STAGES)]
         assert totals == sorted(totals, reverse=True) and len(set(totals)) == 4, (n, totals)
         one = memory.predict(Setup(kind="ZeRO-1", devices=n, model=MODEL)).devices[0]
-        assert one["optimizer state"] == 2 * math.ceil(MODEL.parameters / n) * 4 + 4 * math.ceil(MODEL.tensors / n)
+        assert one["optimizer state"] == 2 * math.ceil(MODEL.parameters / n) * 4 + 4 * math.ceil(memory.parameter_tensors(MODEL) / n)
         three = memory.predict(Setup(kind="ZeRO-3", devices=n, model=MODEL)).devices[0]
         largest = max(sharding.gathered_layer_bytes(Setup(kind="ZeRO-3", devices=n, model=MODEL)))
-        row_per_tensor = sum(math.prod(shape[1:]) for layer in MODEL.shapes for shape in layer) * 4
+        row_per_tensor = sum(math.prod(shape[1:]) for layer in memory.layer_shapes(MODEL) for shape in layer) * 4
         assert whole / n <= three["parameters"] - largest < whole / n + row_per_tensor  # padding: < a row each

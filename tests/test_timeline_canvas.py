@@ -48,7 +48,7 @@ def test_the_first_step_of_a_frame_is_exactly_a_fresh_timeline():
 def test_a_later_step_draws_only_its_spans_into_the_kept_figure_with_a_full_draws_pixels(frames_drawn, prepared):
     canvas, first = TimelineCanvas(), narrow_spans()
     canvas.png(first)
-    if prepared:  # Timeline's look-ahead; without it, the next png prepares first
+    if prepared:  # TraceExplorer's look-ahead; without it, the next png prepares first
         canvas.prepare()
     for factor in (1.3, 0.02, 1.0):  # other tick labels, other bar widths (some lose their labels)
         png, _ = canvas.png(scaled(first, factor))

@@ -5,11 +5,11 @@ import pytest
 from matplotlib.colors import same_color
 
 from dpcourse import memory
-from dpcourse.memory import CATEGORIES, MIB, MLP, Setup
+from dpcourse.memory import CATEGORIES, MIB, Setup, sized_mlp
 from dpcourse.viz import memory_bars, memory_timeline
 from dpcourse.viz.memory import CATEGORY_COLORS, SURPLUS_HATCH
 
-SMALL = MLP(width=128, depth=3, classes=100)
+SMALL = sized_mlp(width=128, depth=3, classes=100)
 
 
 def bars(ax) -> list:
@@ -40,7 +40,7 @@ def test_each_device_is_a_stack_of_its_kinds_and_only_dataparallels_device0_surp
 
 
 def test_ddp_ranks_have_no_hatching_and_large_models_are_drawn_in_gib():
-    big = MLP(width=4096, classes=128000)
+    big = sized_mlp(width=4096, classes=128000)
     figure = memory_bars([memory.predict(Setup(kind="DDP", devices=2, model=big))])
     assert not [p for p in bars(figure.axes[0]) if p.get_hatch()]
     assert figure.axes[0].get_ylabel() == "GiB"
@@ -54,7 +54,7 @@ def test_memory_bars_needs_a_breakdown():
 
 def test_the_timeline_draws_every_allocation_the_peak_and_the_kinds_added_up():
     setup = Setup(batch=64, optimizer="SGD", model=SMALL)
-    steps = memory.timeline(setup)
+    steps = memory.profile_step(setup)
     added_up = memory.predict(setup).totals[0]
     figure = memory_timeline(steps, added_up)
     ax = figure.axes[0]

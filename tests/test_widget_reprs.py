@@ -26,7 +26,7 @@ EXPECTED = {
     "ChunkExplorer": (lambda _: widgets.ChunkExplorer(), "ChunkExplorer(batch=10, devices=4, dim=0)"),
     "GradientSum": (lambda _: widgets.GradientSum(), "GradientSum(reduction='mean', batch=10, devices=4)"),
     "StepThrough": (lambda _: widgets.StepThrough(), "StepThrough(devices=4, batch=10)"),
-    "Timeline": (lambda _: widgets.Timeline(), "Timeline(model='small', batch=64, devices=2, steps=3)"),
+    "TraceExplorer": (lambda _: widgets.TraceExplorer(), "TraceExplorer(model='small', batch=64, devices=2, steps=3)"),
     "CostModelCalculator": (
         lambda _: widgets.CostModelCalculator(),
         "CostModelCalculator(preset='8 GPUs, PCIe', batch=256, params=25600000, bandwidth=12)",

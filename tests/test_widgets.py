@@ -24,13 +24,13 @@ from dpcourse.widgets import (
     GradientSum,
     MemoryCalculator,
     StepThrough,
-    Timeline,
+    TraceExplorer,
     _base,
 )
-from dpcourse.widgets import timeline as timeline_module
+from dpcourse.widgets import trace_explorer as trace_explorer_module
 from dpcourse.widgets.stages import STAGES
-from dpcourse.widgets.timeline import placeholder_png
 from dpcourse.widgets.timing import MODELS, TimedStep, TracedTraining
+from dpcourse.widgets.trace_explorer import placeholder_png
 from tests.benchmarks.widget_latency import EXPLORERS, measure_all, measure_interactions
 from tests.helpers import narrow_spans, scaled
 from tests.widget_html import PNG, text
@@ -262,15 +262,15 @@ def test_gradient_sum_sliders_work_with_devices_0_standing_in_for_a_gpu(stand_in
 
 
 def test_timeline_does_nothing_until_run():
-    t = Timeline()
+    t = TraceExplorer()
     assert png(t.image) == placeholder_png()[0] and t.totals.value == ""
     assert "press Run to measure" in text(t.status)
-    assert repr(t) == "Timeline(model='small', batch=64, devices=2, steps=3)"
+    assert repr(t) == "TraceExplorer(model='small', batch=64, devices=2, steps=3)"
 
 
 @pytest.mark.parametrize("model", list(MODELS))
 def test_timeline_run_draws_the_step_and_per_stage_totals(model):
-    t = Timeline(model=model, batch=16, devices=2, steps=1)
+    t = TraceExplorer(model=model, batch=16, devices=2, steps=1)
     t.run_button.click()
     assert not t.message.value
     assert png(t.image).startswith(PNG) and png(t.image) != placeholder_png()[0]
@@ -279,7 +279,7 @@ def test_timeline_run_draws_the_step_and_per_stage_totals(model):
         assert re.search(rf"\b{re.escape(stage)} \d+\.\d\d \d+%", shown), (stage, shown)
     assert re.search(r"step \d+\.\d\d 100%", shown)
     assert "measured" in text(t.status)
-    assert repr(t) == f"Timeline(model='{model}', batch=16, devices=2, steps=1)"
+    assert repr(t) == f"TraceExplorer(model='{model}', batch=16, devices=2, steps=1)"
     t.steps_slider.value = 2  # a changed setting clears the old result
     assert t.totals.value == "" and png(t.image) == placeholder_png()[0]
 
@@ -308,7 +308,7 @@ def interact(explorer, control_name: str, value: int) -> None:
         (StepThrough, "batch_slider"),
         (ChunkExplorer, "batch_slider"),
         (GradientSum, "batch_slider"),
-        (Timeline, "run_button"),
+        (TraceExplorer, "run_button"),
     ],
 )
 def test_errors_inside_callbacks_show_in_the_message_area(monkeypatch, make, control_name):
@@ -317,7 +317,7 @@ def test_errors_inside_callbacks_show_in_the_message_area(monkeypatch, make, con
     interact(explorer, control_name, 3)
     assert text(explorer.message) == "RuntimeError: scatter is broken"
     assert _base.ERROR_STYLE in explorer.message.value
-    if make is Timeline:
+    if make is TraceExplorer:
         assert "the run failed" in text(explorer.status)
     monkeypatch.undo()
     interact(explorer, control_name, 4)  # the next interaction that works clears the message
@@ -339,7 +339,7 @@ def test_constructing_an_explorer_prints_nothing_and_has_a_stable_repr(capsys, n
 def test_measure_all_times_every_control_of_every_explorer(monkeypatch):
     monkeypatch.setattr(png_module, "png_bytes", lambda fig: PNG)  # this checks the bookkeeping, not the speed
     results = measure_all(repeats=1, clicks=1)
-    assert set(results) == {"StepThrough", "ChunkExplorer", "GradientSum", "Timeline", "CostModelCalculator",
+    assert set(results) == {"StepThrough", "ChunkExplorer", "GradientSum", "TraceExplorer", "CostModelCalculator",
                             "MemoryCalculator"}
     for name, per_control in results.items():
         assert set(per_control) == set(EXPLORERS[name]().controls)
@@ -359,8 +359,8 @@ OUT_OF_RANGE = [
     (GradientSum, {"devices": 0}, "devices=0 is out of range: choose a whole number from 1 to 8."),
     (GradientSum, {"reduction": "max"}, "reduction='max' is not one of the choices: pick one of ['mean', "),
     (StepThrough, {"batch": 2.5}, "batch=2.5 is out of range: choose a whole number from 1 to 32."),
-    (Timeline, {"steps": 11}, "steps=11 is out of range: choose a whole number from 1 to 10."),
-    (Timeline, {"batch": 32}, "batch=32 is not one of the choices: pick one of [16, 64, 256]."),
+    (TraceExplorer, {"steps": 11}, "steps=11 is out of range: choose a whole number from 1 to 10."),
+    (TraceExplorer, {"batch": 32}, "batch=32 is not one of the choices: pick one of [16, 64, 256]."),
 ]
 
 
@@ -379,7 +379,7 @@ def test_an_error_hides_the_figure_of_the_previous_setting(monkeypatch):
     assert explorer.message.value and explorer.image.layout.display == "none"
 
 
-@pytest.mark.parametrize("make", [ChunkExplorer, GradientSum, Timeline, CostModelCalculator, MemoryCalculator])
+@pytest.mark.parametrize("make", [ChunkExplorer, GradientSum, TraceExplorer, CostModelCalculator, MemoryCalculator])
 def test_figures_are_drawn_at_twice_the_width_they_are_shown_at(make):
     explorer = make()
     shown = explorer.image.layout.width
@@ -389,14 +389,14 @@ def test_figures_are_drawn_at_twice_the_width_they_are_shown_at(make):
 
 def test_timeline_run_again_trains_the_same_model_on_and_a_new_setting_starts_a_fresh_one(monkeypatch):
     made = []
-    real = timeline_module.TracedTraining
+    real = trace_explorer_module.TracedTraining
 
     def counted(*args):
         made.append(args[1:])
         return real(*args)
 
-    monkeypatch.setattr(timeline_module, "TracedTraining", counted)
-    t = Timeline(model="small", batch=16, devices=2, steps=1)
+    monkeypatch.setattr(trace_explorer_module, "TracedTraining", counted)
+    t = TraceExplorer(model="small", batch=16, devices=2, steps=1)
     t.run_button.click()
     first = [p.clone() for p in t._training[1].model.parameters()]
     t.steps_slider.value = 2  # not part of the model's setting
@@ -431,7 +431,7 @@ def test_timeline_draws_run_after_run_of_one_setting_into_one_kept_figure(monkey
     traces = iter(scaled(narrow_spans(), factor) for factor in (1.0, 1.3, 0.02))
     step = lambda trace: TimedStep(trace, StepTimes(0.0, trace.duration / 2, trace.duration / 2, 0.0))  # noqa: E731
     monkeypatch.setattr(TracedTraining, "trace", lambda self, steps: [step(next(traces))])
-    t = Timeline(model="many-layers", batch=16, devices=2, steps=1)
+    t = TraceExplorer(model="many-layers", batch=16, devices=2, steps=1)
     shown = []
     for _ in range(3):
         t.run_button.click()

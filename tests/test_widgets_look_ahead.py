@@ -17,7 +17,7 @@ import pytest
 from dpcourse.ui import look_ahead
 from dpcourse.ui.look_ahead import LookAhead, likely_values, next_value
 from dpcourse.ui.png import png_bytes
-from dpcourse.widgets import GradientSum, MemoryCalculator, StepThrough, Timeline, gradients
+from dpcourse.widgets import GradientSum, MemoryCalculator, StepThrough, TraceExplorer, gradients
 from dpcourse.widgets import memory as memory_widget
 from dpcourse.widgets.stages import STAGES
 
@@ -184,7 +184,7 @@ def test_devices_beyond_the_batch_size_reuse_the_figure_of_as_many_devices_as_ro
 def test_memory_calculator_prepares_the_next_listed_width_and_then_shows_it_without_recomputing(monkeypatch) -> None:
     made = []
     real = memory_widget.viz.memory_bars
-    monkeypatch.setattr(memory_widget.viz, "memory_bars", lambda b: made.append(b[0].setup.model.width) or real(b))
+    monkeypatch.setattr(memory_widget.viz, "memory_bars", lambda b: made.append(b[0].setup.model.widths[1]) or real(b))
 
     async def learner() -> None:
         explorer = MemoryCalculator(width=512)
@@ -197,7 +197,7 @@ def test_memory_calculator_prepares_the_next_listed_width_and_then_shows_it_with
         assert made == [512, 3000, 1024, 2048]
         explorer.width_box.value = "2048"
         assert made == [512, 3000, 1024, 2048]
-        assert explorer.predictions["one device"].setup.model.width == 2048 and "2048" in repr(explorer)
+        assert explorer.predictions["one device"].setup.model.widths[1] == 2048 and "2048" in repr(explorer)
 
     in_a_fresh_thread(asyncio.run, learner())
 
@@ -210,7 +210,7 @@ def test_a_typed_value_that_is_not_listed_has_no_next_value() -> None:
 
 def test_timeline_draws_what_the_next_run_starts_from_while_the_learner_looks() -> None:
     async def learner() -> None:
-        explorer = Timeline(model="small", batch=16, devices=2, steps=1)
+        explorer = TraceExplorer(model="small", batch=16, devices=2, steps=1)
         explorer.run_button.click()
         (kept,) = explorer._canvas._drawn.values()
         assert kept.redraw._background is None, "the look-ahead waits until the answer has gone out"

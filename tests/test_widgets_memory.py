@@ -5,7 +5,7 @@ and every input that makes no sense shown as an error naming that input in the m
 import pytest
 
 from dpcourse import memory
-from dpcourse.memory import MIB, MLP, Setup
+from dpcourse.memory import MIB, Setup, sized_mlp
 from dpcourse.widgets import MemoryCalculator, _base
 from tests.benchmarks.widget_latency import measure_interactions
 from tests.widget_html import PNG, table_rows, text
@@ -24,7 +24,7 @@ def test_the_default_is_the_lessons_mlp_with_adam_on_4_devices():
 
 def test_the_table_shows_memory_predict_for_one_device_dataparallel_and_ddp():
     c = MemoryCalculator(width=256, depth=3, classes=32000, batch=64, optimizer="SGD with momentum", devices=2)
-    common = {"batch": 64, "optimizer": "SGD with momentum", "model": MLP(width=256, depth=3, classes=32000)}
+    common = {"batch": 64, "optimizer": "SGD with momentum", "model": sized_mlp(width=256, depth=3, classes=32000)}
     expected = [memory.predict(Setup(**common)).devices[0],
                 *memory.predict(Setup(kind="DataParallel", devices=2, **common)).devices,
                 memory.predict(Setup(kind="DDP", devices=2, **common)).devices[0],
@@ -86,7 +86,7 @@ def test_a_whole_number_typed_with_a_decimal_point_or_underscores_is_read():
     c.batch_box.value = "1_024"
     c.width_box.value = "256.0"
     assert not c.message.value
-    assert c.predictions["one device"].setup.batch == 1024 and c.predictions["one device"].setup.model.width == 256
+    assert c.predictions["one device"].setup.batch == 1024 and c.predictions["one device"].setup.model.widths[1] == 256
 
 
 BAD_ARGUMENTS = [

@@ -26,13 +26,13 @@ ResNet-50's is ``resnet50_flops()``; tests/test_costmodel.py checks both against
 
 from .fit import Calibration, calibrate, fit_gpu
 from .measure import Setup, measure
-from .model import BUCKET_BYTES, FORMULAS, KINDS, SYMBOLS, Hardware, Kind, Workload, formula, step_time
+from .model import DDP_BUCKET_BYTES, FORMULAS, KINDS, SYMBOLS, Hardware, Kind, Workload, formula, step_time
 from .presets import EXAMPLE, PRESETS, resnet50_flops, resnet50_layers, resnet50_modules, resnet50_params
 from .speedup import Speedup, predict_speedup
 from .zero import ZERO_MEMORY, zero_memory
 
 __all__ = [
-    "BUCKET_BYTES",
+    "DDP_BUCKET_BYTES",
     "EXAMPLE",
     "FORMULAS",
     "KINDS",

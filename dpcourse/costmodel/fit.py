@@ -62,10 +62,10 @@ def calibrate(sizes: Sequence[tuple[int, int]] = ((32, 10), (768, 3)), batches: 
     well the model predicts sizes it has not seen. All CPU devices share one core (``compute_units=1``).
     ``ddp_overhead`` is not measured here; it is the laptop preset's.
     """
-    singles = [Setup(h, d, 1, b) for h, d in sizes for b in batches]
-    traced = [Setup(h, d, n, traced=True) for h, d in sizes for n in dp_devices]
-    fitted = [Setup(h, d, n) for h, d in sizes for n in dp_devices]
-    held_out = [Setup(h, d, n) for h, d in check for n in (1, 2)]
+    singles = [Setup.lesson_mlp(h, d, 1, b) for h, d in sizes for b in batches]
+    traced = [Setup.lesson_mlp(h, d, n, traced=True) for h, d in sizes for n in dp_devices]
+    fitted = [Setup.lesson_mlp(h, d, n) for h, d in sizes for n in dp_devices]
+    held_out = [Setup.lesson_mlp(h, d, n) for h, d in check for n in (1, 2)]
     results = measure(singles + traced + fitted + held_out, rounds)
     seconds = [total for total, _ in results]
     single_seconds, span_times = seconds[: len(singles)], [spans for _, spans in results[len(singles) :]]
@@ -107,7 +107,7 @@ def _fit_copies(hardware: Hardware, fitted: Sequence[Setup], fitted_seconds: Seq
 def fit_gpu(measured: Sequence[dict], copy_bandwidth: float, name: str, sources: str) -> Calibration:
     """Fit one GPU's terms from ``costmodel.measure`` rows taken on it (``dpcourse.recording`` keeps them).
 
-    Each row is a ``Setup``'s fields plus ``seconds`` (its fastest step) and ``spans``. Every replica shares
+    Each row is a ``Setup.as_row()`` plus ``seconds`` (its fastest step) and ``spans``. Every replica shares
     the one GPU (``compute_units=1``), and the GPU runs behind Python (``asynchronous``): a step takes
     ``max(compute, python) + h``. ``copy_bandwidth`` is a plain copy's bytes/s within the GPU's memory.
 
@@ -122,7 +122,7 @@ def fit_gpu(measured: Sequence[dict], copy_bandwidth: float, name: str, sources:
 
     Sizes not used in 1 and 2 are measured but not fitted: "held out" in the table.
     """
-    rows = [(Setup(r["hidden"], r["depth"], r["devices"], r["batch"], r["traced"]), r) for r in measured]
+    rows = [(Setup.lesson_mlp(r["hidden"], r["depth"], r["devices"], r["batch"], r["traced"]), r) for r in measured]
     small = [(s, r["seconds"]) for s, r in rows if s.devices == 1 and s.hidden <= 128]
     wide = [(s, r["seconds"]) for s, r in rows if s.devices == 1 and s.hidden >= 2048]
     sizes = {(s.hidden, s.depth) for s, _ in small + wide}

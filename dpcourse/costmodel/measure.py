@@ -7,34 +7,54 @@ import os
 import time
 from collections import defaultdict
 from collections.abc import Iterator, Sequence
-from typing import Literal
+from typing import ClassVar, Literal
 
 import torch
 
 from ..data_parallel import DataParallel
 from ..examples import loss_fn
+from ..examples.model import running_example
 from ..timing import one_thread_per_operation, synchronized_clock, timed_step
 from ..trace import trace
-from ..workloads import ModelToTime, lesson_mlp
+from ..training_setup import Setup as TrainingSetup
 from .model import Workload
 
 
 @dataclasses.dataclass(frozen=True)
-class Setup:
-    """One thing to time: the lesson MLP (``hidden`` wide, ``depth`` Linear layers) under DataParallel."""
+class Setup(TrainingSetup):
+    """One thing to time: ``model`` under DataParallel on ``devices`` replicas, ``batch`` samples in all.
 
-    hidden: int
-    depth: int
-    devices: int
+    ``traced`` also records every span of the step (``dpcourse.trace``). The models timed are the running
+    example widened to ``hidden`` and deepened to ``depth`` Linear layers: ``Setup.lesson_mlp(hidden, depth,
+    devices)``, and ``as_row`` is what a recording keeps of a setup.
+    """
+
+    KINDS: ClassVar[tuple[str, ...]] = ("DataParallel",)
+
+    kind: str = "DataParallel"
     batch: int = 64
     traced: bool = False
 
+    @classmethod
+    def lesson_mlp(cls, hidden: int, depth: int, devices: int, batch: int = 64, traced: bool = False) -> "Setup":
+        """The running example, ``hidden`` wide and ``depth`` Linear layers deep (``examples.running_example``)."""
+        return cls(devices=devices, model=running_example(hidden, depth), batch=batch, traced=traced)
+
     @property
-    def model_to_time(self) -> ModelToTime:
-        return lesson_mlp(self.hidden, self.depth)
+    def hidden(self) -> int:
+        return self.model.widths[1]
+
+    @property
+    def depth(self) -> int:
+        return len(self.model.widths) - 1
+
+    def as_row(self) -> dict[str, int | bool]:
+        """``hidden``, ``depth``, ``devices``, ``batch`` and ``traced``: ``lesson_mlp``'s arguments, for a recording."""
+        return {"hidden": self.hidden, "depth": self.depth, "devices": self.devices, "batch": self.batch,
+                "traced": self.traced}
 
     def workload(self) -> Workload:
-        return Workload.of(self.model_to_time.model(), self.batch)
+        return Workload.of(self.model.build(), self.batch)
 
 
 @contextlib.contextmanager
@@ -70,9 +90,9 @@ def measure(setups: Sequence[Setup], rounds: int = 8, steps: int = 5, clock: Lit
     now = synchronized_clock([device]) if gpu else time.process_time if clock == "cpu" else time.perf_counter
     runs = []
     for setup in setups:
-        module = setup.model_to_time.model().to(device)
+        module = setup.model.build().to(device)
         dp = DataParallel(module, devices=[device] * setup.devices)
-        x, y = setup.model_to_time.batch(setup.batch, device)
+        x, y = setup.model.batch(setup.batch, device=device)
         runs.append((setup, module, dp, x, functools.partial(loss_fn, target=y), [], defaultdict(list)))
     with contextlib.nullcontext() if gpu else _one_core():
         for round_ in range(rounds):

@@ -59,7 +59,7 @@ o Python seconds per module call (forward + backward), r seconds to replicate on
 h every step's fixed cost, h_dp and h_ddp what DP and DDP add to it.
 On a GPU, Python only queues the kernels, so the python term counts only what the GPU does not hide:
 max(0, python - compute)."""
-BUCKET_BYTES = 25 * 2**20
+DDP_BUCKET_BYTES = 25 * 2**20  # DDP all-reduces gradients in buckets of bucket_cap_mb=25 MiB by default
 
 
 def _whole(owner: object, name: str, least: int) -> None:
@@ -188,7 +188,7 @@ def _terms(kind: Kind, n: int, workload: Workload, hardware: Hardware) -> dict[s
                 "replicate": n * w.modules * h.replicate_time + copies, "reduce": copies,
                 "scatter": (n - 1) / n * w.batch * w.sample_bytes / h.bandwidth + 2 * h.latency,
                 "overhead": h.step_overhead + h.dp_overhead}
-    buckets = max(1, math.ceil(size / BUCKET_BYTES))
+    buckets = max(1, math.ceil(size / DDP_BUCKET_BYTES))
     gather = (n - 1) / n * size / h.bandwidth + (n - 1) * buckets * h.latency  # a ring all-gather or reduce-scatter
     common = {"compute": compute, "python": python}
     if kind == "ddp":

@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from dpcourse import memory
-from dpcourse.memory import MLP, Setup
+from dpcourse.memory import Setup, sized_mlp
 
 from .check import Case, Exercise, equals, first_difference
 
@@ -39,11 +39,11 @@ OPTIMIZER_STATE_BYTES = Exercise(
     task="Write optimizer_state_bytes(parameters, optimizer): the bytes torch's optimizer ('SGD', 'SGD with "
          "momentum' or 'Adam') keeps in optimizer.state for these parameters after its first step.",
     cases=lambda: [
-        Case("the lesson's MLP, Adam", (_parameters(MLP().build()), "Adam"),
+        Case("the lesson's MLP, Adam", (_parameters(sized_mlp().build()), "Adam"),
              "two buffers the size of each parameter (exp_avg, exp_avg_sq), and a 4-byte float32 step per tensor"),
-        Case("the lesson's MLP, SGD with momentum", (_parameters(MLP().build()), "SGD with momentum"),
+        Case("the lesson's MLP, SGD with momentum", (_parameters(sized_mlp().build()), "SGD with momentum"),
              "one momentum buffer the size of each parameter, no step counter"),
-        Case("the lesson's MLP, plain SGD", (_parameters(MLP().build()), "SGD"), "plain SGD keeps no state"),
+        Case("the lesson's MLP, plain SGD", (_parameters(sized_mlp().build()), "SGD"), "plain SGD keeps no state"),
         Case("a float64 Linear(3, 2), Adam", (_parameters(nn.Linear(3, 2).double()), "Adam"),
              "a buffer has its parameter's dtype: numel() * element_size() bytes; the step counter stays float32"),
     ],
@@ -59,7 +59,7 @@ def _surplus_case(description: str, hint: str, devices: int, **setup: object) ->
 
 
 def _surplus_cases() -> list[Case]:
-    small = MLP(width=128, depth=3, classes=100)
+    small = sized_mlp(width=128, depth=3, classes=100)
     return [
         _surplus_case("Adam, batch 64, 2 devices", "device 1 holds a replica, its gradients and its chunk's "
                       "activations; device 0 holds all that and more", 2, batch=64, optimizer="Adam", model=small),
@@ -67,7 +67,7 @@ def _surplus_cases() -> list[Case]:
                       "number of devices", 4, batch=64, optimizer="SGD", model=small),
         _surplus_case("SGD with momentum, 32000 classes, batch 32, 2 devices", "the outputs are gathered, and the "
                       "loss computed, on device 0 only", 2, batch=32, optimizer="SGD with momentum",
-                      model=MLP(width=64, depth=2, classes=32000)),
+                      model=sized_mlp(width=64, depth=2, classes=32000)),
     ]
 
 

@@ -10,41 +10,55 @@ uses the formulas of ``sharding``, and ``dpcourse.sharded.memory.measure_sharded
 implementations (``ZeroRedundancyOptimizer``, FSDP2's ``fully_shard``) hold on each rank.
 
 The categories (``CATEGORIES``): parameters, gradients, optimizer state, activations, outputs and loss, DDP's
-all-reduce buckets. ``accounting`` says what each one is and how it is counted; ``timeline`` asks torch's
+all-reduce buckets. ``accounting`` says what each one is and how it is counted; ``profile_step`` asks torch's
 profiler, and ``cuda_peaks`` ``torch.cuda.max_memory_allocated`` on GPUs, for the allocator's real peak
 (``peak``).
 """
 
 from ..examples import loss_fn
+from ..training_setup import KINDS
 from .accounting import CATEGORIES, MIB, Breakdown, SavedTensors, local, state_tensors, storage_bytes
 from .calculator import chunk_sizes, optimizer_state_bytes, predict
 from .measure import CountingDataParallel, copies_and_gradients, measure
-from .peak import Timeline, cuda_peaks, timeline
-from .workload import KINDS, MLP, OPTIMIZERS, SHARDED, Setup, make_optimizer, optimizer_class
+from .peak import ProfiledStep, cuda_peaks, profile_step
+from .setup import (
+    OPTIMIZERS,
+    SHARDED,
+    Setup,
+    layer_shapes,
+    make_optimizer,
+    optimizer_class,
+    parameter_tensors,
+    saved_per_sample,
+    sized_mlp,
+)
 
 __all__ = [
     "CATEGORIES",
     "KINDS",
     "MIB",
-    "MLP",
     "OPTIMIZERS",
     "SHARDED",
     "Breakdown",
     "CountingDataParallel",
+    "ProfiledStep",
     "SavedTensors",
     "Setup",
-    "Timeline",
     "chunk_sizes",
     "copies_and_gradients",
     "cuda_peaks",
+    "layer_shapes",
     "local",
     "loss_fn",
     "make_optimizer",
     "measure",
     "optimizer_class",
     "optimizer_state_bytes",
+    "parameter_tensors",
     "predict",
+    "profile_step",
+    "saved_per_sample",
+    "sized_mlp",
     "state_tensors",
     "storage_bytes",
-    "timeline",
 ]

@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterable, Iterator
 import torch
 from torch.distributed.tensor import DTensor
 
-from .workload import RANKS, Setup
+from .setup import RANKS, Setup
 
 CATEGORIES = ("parameters", "gradients", "optimizer state", "activations", "outputs and loss", "all-reduce buckets")
 MIB = 2**20

@@ -25,7 +25,7 @@ import math
 
 from . import sharding
 from .accounting import Breakdown, device_bytes
-from .workload import FLOAT, LABEL, RANKS, SHARDED, Setup
+from .setup import FLOAT, LABEL, RANKS, SHARDED, Setup, parameter_tensors, saved_per_sample
 
 STATE_COPIES = {"SGD": 0, "SGD with momentum": 1, "Adam": 2}  # buffers the size of the parameters
 STEP_COUNTER = 4  # Adam's per-tensor float32 ``step``
@@ -43,18 +43,19 @@ def optimizer_state_bytes(setup: Setup) -> int:
     counter = STEP_COUNTER if setup.optimizer == "Adam" else 0
     if setup.kind in SHARDED:
         return sharding.state_share(setup, STATE_COPIES[setup.optimizer], counter)
-    return STATE_COPIES[setup.optimizer] * setup.model.parameters * FLOAT + setup.model.tensors * counter
+    return STATE_COPIES[setup.optimizer] * setup.model.parameters * FLOAT + parameter_tensors(setup.model) * counter
 
 
 def outputs_and_loss_bytes(setup: Setup, samples: int) -> int:
     """The kept output, the loss's log-softmax and targets, the loss and its weight total for ``samples``."""
-    return samples * (2 * setup.model.classes * FLOAT + LABEL) + 2 * FLOAT
+    classes = setup.model.widths[-1]
+    return samples * (2 * classes * FLOAT + LABEL) + 2 * FLOAT
 
 
 def _replica(setup: Setup, samples: int, **extra: int) -> dict[str, int]:
     parameter_bytes = setup.model.parameters * FLOAT
     kinds = {"parameters": parameter_bytes, "gradients": parameter_bytes,
-             "activations": samples * setup.model.saved_per_sample * FLOAT}
+             "activations": samples * saved_per_sample(setup.model) * FLOAT}
     for name, value in extra.items():
         kinds[name] = kinds.get(name, 0) + value
     return device_bytes(**kinds)
@@ -73,7 +74,7 @@ def predict(setup: Setup) -> Breakdown:
     if setup.kind in RANKS:  # every rank alike: its own ceil(batch / n) samples
         samples = math.ceil(setup.batch / setup.devices)
         rank = device_bytes(**_rank_parameters_and_gradients(setup), optimizer_state=state,
-                            activations=samples * setup.model.saved_per_sample * FLOAT,
+                            activations=samples * saved_per_sample(setup.model) * FLOAT,
                             outputs_and_loss=outputs_and_loss_bytes(setup, samples))
         return Breakdown(setup, [dict(rank) for _ in range(setup.devices)], "predicted")
     if setup.kind == "one device" or setup.devices == 1:  # DataParallel on one device runs the module itself

@@ -27,7 +27,7 @@ from dpcourse.devices import devices as choose_devices
 
 from ..examples import loss_fn
 from .accounting import Breakdown, SavedTensors, device_bytes, state_tensors, storage_bytes
-from .workload import SHARDED, Setup, make_optimizer
+from .setup import SHARDED, Setup, make_optimizer
 
 
 class _Counted(nn.Module):

@@ -6,7 +6,7 @@ largest together; short-lived tensors that no category names come on top: a laye
 it, the gradient flowing back through each layer, Adam's ``_foreach_sqrt`` of ``exp_avg_sq`` in its step
 (``torch/optim/adam.py: _multi_tensor_adam``).
 
-* ``timeline(setup)``: one step on one device under ``torch.profiler.profile(profile_memory=True)``, every
+* ``profile_step(setup)``: one step on one device under ``torch.profiler.profile(profile_memory=True)``, every
   allocation and free in order (``allocations``).
 * ``cuda_peaks(setup)``: ``torch.cuda.max_memory_allocated`` of each GPU over one step.
 """
@@ -26,13 +26,13 @@ from dpcourse.data_parallel import DataParallel
 
 from ..examples import loss_fn
 from .accounting import state_tensors, storage_bytes
-from .workload import Setup, make_optimizer
+from .setup import Setup, make_optimizer
 
 PHASES = ("forward", "loss", "backward", "optimizer step")
 
 
 @dataclasses.dataclass
-class Timeline:
+class ProfiledStep:
     """Bytes allocated after each allocation or free of one training step, as the profiler recorded them.
 
     ``allocated[i]`` is the total after event ``i``, counting what was already allocated when the step began
@@ -82,10 +82,10 @@ def allocations(run: Callable[[], object]) -> tuple[list[int], dict[str, tuple[i
     return [e["args"]["Bytes"] for e in memory], phases
 
 
-def timeline(setup: Setup) -> Timeline:
+def profile_step(setup: Setup) -> ProfiledStep:
     """Profile one step of ``setup`` (one device; after a warm-up step) and return every allocation in order."""
     if setup.kind != "one device":
-        raise ValueError(f"timeline profiles one device: pass a Setup with kind='one device', not {setup.kind!r}.")
+        raise ValueError(f"profile_step profiles one device: pass a Setup with kind='one device', not {setup.kind!r}.")
     model = setup.model.build()
     parameters = list(model.parameters())
     optimizer = make_optimizer(setup.optimizer, parameters)
@@ -105,7 +105,7 @@ def timeline(setup: Setup) -> Timeline:
     step()  # the optimizer's state exists from its first step on
     start = storage_bytes(parameters) + storage_bytes(state_tensors(optimizer)) + x.nbytes + y.nbytes
     changes, phases = allocations(step)
-    return Timeline(setup, start, list(itertools.accumulate(changes, initial=start))[1:], phases)
+    return ProfiledStep(setup, start, list(itertools.accumulate(changes, initial=start))[1:], phases)
 
 
 def cuda_peaks(setup: Setup) -> list[int]:

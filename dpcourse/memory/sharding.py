@@ -33,7 +33,7 @@ previous layer's all-gather that backward prefetches, the reduce-scatter's input
 
 import math
 
-from .workload import FLOAT, Setup
+from .setup import FLOAT, Setup, layer_shapes, parameter_tensors
 
 
 def shard_numel(shape: tuple[int, ...], ranks: int) -> int:
@@ -43,18 +43,18 @@ def shard_numel(shape: tuple[int, ...], ranks: int) -> int:
 
 def shards_bytes(setup: Setup) -> int:
     """Bytes of one rank's shards of all the parameters (padding included)."""
-    return sum(shard_numel(shape, setup.devices) for layer in setup.model.shapes for shape in layer) * FLOAT
+    return sum(shard_numel(shape, setup.devices) for layer in layer_shapes(setup.model) for shape in layer) * FLOAT
 
 
 def gathered_layer_bytes(setup: Setup) -> list[int]:
     """Bytes of each layer's all-gathered parameters: ranks x its shards, padding included."""
     return [setup.devices * sum(shard_numel(shape, setup.devices) for shape in layer) * FLOAT
-            for layer in setup.model.shapes]
+            for layer in layer_shapes(setup.model)]
 
 
 def full_layer_bytes(setup: Setup) -> list[int]:
     """Bytes of each layer's full parameters, or its full gradients (no padding)."""
-    return [sum(math.prod(shape) for shape in layer) * FLOAT for layer in setup.model.shapes]
+    return [sum(math.prod(shape) for shape in layer) * FLOAT for layer in layer_shapes(setup.model)]
 
 
 def parameters_and_gradients(setup: Setup) -> dict[str, int]:
@@ -78,5 +78,5 @@ def state_share(setup: Setup, copies: int, counter: int) -> int:
     """A rank's optimizer state, ``copies`` parameter-sized buffers and a ``counter``-byte step per tensor."""
     if setup.kind == "ZeRO-1":
         flat = math.ceil(setup.model.parameters / setup.devices) * FLOAT
-        return copies * flat + counter * math.ceil(setup.model.tensors / setup.devices)
-    return copies * shards_bytes(setup) + counter * setup.model.tensors
+        return copies * flat + counter * math.ceil(parameter_tensors(setup.model) / setup.devices)
+    return copies * shards_bytes(setup) + counter * parameter_tensors(setup.model)

@@ -36,7 +36,7 @@ from dpcourse.ddp.per_rank import shard, wrap
 from dpcourse.ddp.processes.launcher import device, launch
 from dpcourse.examples import loss_fn
 from dpcourse.memory.accounting import Breakdown, SavedTensors, device_bytes, state_tensors, storage_bytes
-from dpcourse.memory.workload import Setup, make_optimizer, optimizer_class
+from dpcourse.memory.setup import Setup, make_optimizer, optimizer_class
 
 KINDS = ("DDP", "ZeRO-1", "ZeRO-2", "ZeRO-3")
 

@@ -7,7 +7,8 @@ False and True. Predicted with ``memory.predict``, whose formulas are in ``memor
 ``memory.sharding``.
 """
 
-from ..memory import MLP, Setup, measure, predict
+from ..examples.model import MLP
+from ..memory import Setup, measure, predict, sized_mlp
 from ..memory.accounting import Breakdown
 from . import memory as sharded_memory
 from .ranks import WIDTHS
@@ -26,7 +27,7 @@ SHOWN = ("parameters", "gradients", "optimizer state")
 def course_model() -> MLP:
     """The course's Part III model, ``ranks.WIDTHS`` (8 -> 15 -> 15 -> 4), as the memory calculator describes it."""
     features, *hidden, classes = WIDTHS
-    return MLP(features=features, width=hidden[0], depth=len(hidden) + 1, classes=classes)
+    return sized_mlp(features=features, width=hidden[0], depth=len(hidden) + 1, classes=classes)
 
 
 def setups(model: MLP, ranks: int, batch: int) -> list[Setup]:

@@ -77,7 +77,7 @@ FIGURES: dict[str, Callable[[], Figure]] = {
     "scaling": example_scaling,
     "memory_bars": lambda: memory_bars([memory.measure(memory.Setup()),
                                         memory.measure(memory.Setup(kind="DataParallel", devices=4))]),
-    "memory_timeline": lambda: memory_timeline(memory.timeline(memory.Setup()),
+    "memory_timeline": lambda: memory_timeline(memory.profile_step(memory.Setup()),
                                                memory.predict(memory.Setup()).totals[0]),
 }
 

@@ -2,7 +2,7 @@
 
 ``memory_bars`` draws one panel per ``dpcourse.memory.Breakdown`` (one device, DataParallel, DDP), one bar per
 device. What DataParallel's device 0 holds beyond device 1 is hatched: its surplus. ``memory_timeline`` draws
-the bytes allocated during one profiled step (``dpcourse.memory.peak.timeline``) against the kinds added up.
+the bytes allocated during one profiled step (``dpcourse.memory.profile_step``) against the kinds added up.
 """
 
 from collections.abc import Sequence
@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
-from dpcourse.memory import CATEGORIES, MIB, Breakdown, Timeline
+from dpcourse.memory import CATEGORIES, MIB, Breakdown, ProfiledStep
 
 from .palette import IDLE_COLOR, device_color, new_figure
 
@@ -79,13 +79,13 @@ def memory_bars(breakdowns: Sequence[Breakdown], title: str = TITLE) -> Figure:
     return figure
 
 
-def memory_timeline(timeline: Timeline, kinds_added_up: int) -> Figure:
+def memory_timeline(profiled: ProfiledStep, kinds_added_up: int) -> Figure:
     """The bytes allocated after each allocation or free of one step, its phases shaded, and the kinds' sum."""
     figure = new_figure(height=3.8, width=8)
     ax = figure.add_subplot()
-    values = [timeline.start / MIB] + [b / MIB for b in timeline.allocated]
+    values = [profiled.start / MIB] + [b / MIB for b in profiled.allocated]
     ax.step(range(len(values)), values, where="post", color="black", linewidth=1.2, label="allocated (profiler)")
-    for name, (first, last) in timeline.phases.items():
+    for name, (first, last) in profiled.phases.items():
         if first >= 0:
             ax.axvspan(first + 0.5, last + 1.5, color=PHASE_COLORS[name], alpha=0.35, linewidth=0, label=name)
     ax.axhline(kinds_added_up / MIB, color="#CC6677", linestyle="--", linewidth=1.2,
@@ -94,7 +94,7 @@ def memory_timeline(timeline: Timeline, kinds_added_up: int) -> Figure:
     ax.plot(peak_at, values[peak_at], "o", color="black", label=f"peak: {values[peak_at]:.1f} MiB")
     ax.set(xlabel="allocations and frees, in order", ylabel="MiB allocated", xlim=(0, len(values) - 1),
            ylim=(0, max(max(values), kinds_added_up / MIB) * 1.15))
-    s = timeline.setup
+    s = profiled.setup
     figure.suptitle(f"One training step on one device: batch {s.batch}, {s.optimizer}", fontsize="medium")
     ax.legend(loc="lower right", fontsize="small", ncols=2)
     return figure

@@ -1,6 +1,6 @@
 """TimelineCanvas: ``timeline`` figures of step after step, each drawn in about half the time of a fresh one.
 
-``widgets.Timeline`` shows a new traced step at every Run. Steps of one setting share their ``Frame``
+``widgets.TraceExplorer`` shows a new traced step at every Run. Steps of one setting share their ``Frame``
 (lanes, legend), so the canvas keeps one figure per frame (``redraw.Redraw``): the frame is drawn once,
 and each new step removes the last step's spans, adds its own and draws only those, the x axis (its scale
 follows the step's length), the spines (bars start at the left one) and the title.
@@ -35,7 +35,7 @@ class TimelineCanvas:
     The first step of a frame is drawn in full with constrained layout; later ones reuse that layout, so
     their axes are exactly where the first step's were (a fresh figure might move them by a pixel or two
     to fit other tick labels). A step whose labels would leave the canvas gets a fresh figure.
-    ``prepare()`` draws what later steps start from; ``Timeline`` calls it while the learner looks.
+    ``prepare()`` draws what later steps start from; ``TraceExplorer`` calls it while the learner looks.
     """
 
     def __init__(self) -> None:

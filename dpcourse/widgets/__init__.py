@@ -3,7 +3,7 @@
 * ``StepThrough``: one DataParallel training step, stage by stage (Back / Next / Reset, devices, batch);
 * ``ChunkExplorer``: how scatter cuts a batch (batch, devices, dim), and which devices sit idle;
 * ``GradientSum``: which loss reduction keeps the gradient equal to one device's (reduction, batch, devices);
-* ``Timeline``: trace a few training steps of a small, large or many-layered model and see where time goes;
+* ``TraceExplorer``: trace a few training steps of a small, large or many-layered model and see where time goes;
 * ``CostModelCalculator``: machine, batch, model size, link bandwidth -> DP's and DDP's predicted speed-ups;
 * ``MemoryCalculator``: model shape, batch, optimizer, devices -> bytes per device for one device, DP and DDP.
 
@@ -24,6 +24,6 @@ from .costmodel import CostModelCalculator
 from .gradients import GradientSum
 from .memory import MemoryCalculator
 from .step_through import StepThrough
-from .timeline import Timeline
+from .trace_explorer import TraceExplorer
 
-__all__ = ["ChunkExplorer", "CostModelCalculator", "GradientSum", "MemoryCalculator", "StepThrough", "Timeline"]
+__all__ = ["ChunkExplorer", "CostModelCalculator", "GradientSum", "MemoryCalculator", "StepThrough", "TraceExplorer"]

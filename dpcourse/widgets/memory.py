@@ -3,7 +3,7 @@
 import ipywidgets as widgets
 
 from dpcourse import memory, viz
-from dpcourse.memory import CATEGORIES, MIB, MLP, OPTIMIZERS, Breakdown, Setup
+from dpcourse.memory import CATEGORIES, MIB, OPTIMIZERS, Breakdown, Setup, sized_mlp
 from dpcourse.ui.controls import reports_errors
 
 from ._base import Explorer, int_slider, paragraph, table, toggle_buttons
@@ -21,7 +21,7 @@ def number_box(description: str, options: tuple[str, ...], value: int) -> widget
 
 
 def typed_number(name: str, text: str) -> int | float:
-    """The number typed for ``name``: a whole one as an ``int``; anything else is checked by ``Setup``/``MLP``,
+    """The number typed for ``name``: a whole one as an ``int``; anything else is checked by ``Setup``/``sized_mlp``,
     which say what is wrong with it (NaN, a fraction, zero, a negative number)."""
     try:
         number = float(text.strip().replace("_", ""))
@@ -53,19 +53,19 @@ def summary(one: Breakdown, dp: Breakdown, ddp: Breakdown) -> str:
 class MemoryCalculator(Explorer):
     """Model shape, batch, optimizer and devices -> predicted bytes per device for one device, DP and DDP.
 
-    The model is an MLP (``dpcourse.memory.MLP``): 64 inputs, ``depth`` Linear layers of ``width`` units, ``classes``
-    outputs, cross-entropy loss. Shows a sentence (``summary``), every category in MiB (``bytes_table``, with a
-    DDP column for ``gradient_as_bucket_view=True``) and ``viz.memory_bars`` of one device, DataParallel and DDP;
-    ``predictions`` holds their ``Breakdown``s. Width, classes and batch are text boxes with suggestions: type
-    any number; one that makes no sense (NaN, 0, -3, 2.5) shows its error in ``message``. In a kernel it looks
-    ahead (``look_ahead.py``): after a change it prepares the next listed value the same way. Controls:
-    ``width_box``, ``depth_slider``, ``classes_box``, ``batch_box``, ``optimizer_toggle``, ``devices_slider``.
+    The model is an MLP (``dpcourse.memory.sized_mlp``): 64 inputs, ``depth`` Linear layers of ``width`` units,
+    ``classes`` outputs, cross-entropy loss. Shows a sentence (``summary``), every category in MiB (``bytes_table``,
+    with a DDP column for ``gradient_as_bucket_view=True``) and ``viz.memory_bars`` of one device, DataParallel and
+    DDP; ``predictions`` holds their ``Breakdown``s. Width, classes and batch are text boxes with suggestions: type
+    any number; one that makes no sense (NaN, 0, -3, 2.5) shows its error in ``message``. In a kernel it looks ahead
+    (``look_ahead.py``): after a change it prepares the next listed value the same way. Controls: ``width_box``,
+    ``depth_slider``, ``classes_box``, ``batch_box``, ``optimizer_toggle``, ``devices_slider``.
     """
 
     def __init__(self, width: int = 512, depth: int = 4, classes: int = 1000, batch: int = 256,
                  optimizer: str = "Adam", devices: int = 4) -> None:
         Setup(kind="DataParallel", devices=devices, batch=batch, optimizer=optimizer,
-              model=MLP(width=width, depth=depth, classes=classes))  # a bad argument raises here, naming itself
+              model=sized_mlp(width=width, depth=depth, classes=classes))  # a bad argument raises here, naming itself
         self.width_box = number_box("width", WIDTHS, width)
         self.depth_slider = int_slider("depth", depth, 1, 16)
         self.classes_box = number_box("classes", CLASSES, classes)
@@ -104,12 +104,12 @@ class MemoryCalculator(Explorer):
     def _prepare(self, settings: dict) -> tuple[dict[str, Breakdown], str, str]:
         """The predictions, summary and table for ``settings``, its figure rendered: computed once, then cached.
 
-        A typed value that makes no sense raises here, naming itself (``typed_number``, ``MLP``, ``Setup``).
+        A typed value that makes no sense raises here, naming itself (``typed_number``, ``sized_mlp``, ``Setup``).
         """
         key = self._key(settings)
         if key not in self._prepared:
-            model = MLP(width=typed_number("width", settings["width"]), depth=settings["depth"],
-                        classes=typed_number("classes", settings["classes"]))
+            model = sized_mlp(width=typed_number("width", settings["width"]), depth=settings["depth"],
+                              classes=typed_number("classes", settings["classes"]))
             common = {"batch": typed_number("batch", settings["batch"]), "optimizer": settings["optimizer"],
                       "model": model}
             n = settings["devices"]

@@ -1,6 +1,6 @@
 """Where the time of a DataParallel training step goes: traced steps of three models, summed per stage.
 
-``Timeline`` runs these; they are plain functions so a benchmark or a test can call them without a widget.
+``TraceExplorer`` runs these; they are plain functions so a benchmark or a test can call them without a widget.
 The three models show the two regimes: a large MLP whose matrix products dwarf DataParallel's own work,
 and the course MLP or 100 tiny layers, where its fixed costs per step (replicate copies every parameter
 again, the replica threads must be woken, outputs gathered) weigh as much as the arithmetic or more.
@@ -14,10 +14,11 @@ from collections.abc import Sequence
 from dpcourse import examples
 from dpcourse.data_parallel import DataParallel
 from dpcourse.devices import devices as choose_devices
+from dpcourse.examples.model import MLP
+from dpcourse.models_to_time import WIDE_MLP, ModelToTime
 from dpcourse.timing import StepTimes, one_thread_per_operation, synchronized_clock, timed_step
 from dpcourse.trace import STEPS, Span, Trace
 from dpcourse.trace import trace as trace_steps
-from dpcourse.workloads import WIDE_MLP, ModelToTime
 
 from ._base import paragraph, table
 
@@ -30,9 +31,9 @@ OVERHEAD = ("scatter", "replicate", "gather", "gather-backward", "reduce-add", "
 
 
 MODELS = {
-    "small": ModelToTime("the course MLP (8-16-4)", (examples.FEATURES, examples.HIDDEN, examples.CLASSES)),
+    "small": ModelToTime("the course MLP (8-16-4)", examples.running_example()),
     "large": WIDE_MLP,
-    "many-layers": ModelToTime("100 tiny Linear(8, 8) layers", (8,) * 101, relu=False),
+    "many-layers": ModelToTime("100 tiny Linear(8, 8) layers", MLP((8,) * 101, relu=False)),
 }
 LEARNING_RATE = 0.01
 DOMINATES = 1.5  # one share must be this many times the other before the verdict calls it dominant
@@ -59,7 +60,7 @@ class TracedTraining:
     """``DataParallel`` of a fresh model of ``choice`` on ``n_devices``, with its batch: traced SGD steps on demand.
 
     The first ``trace`` runs one untraced warm-up step, which pays once for allocations and lazy set-up; every
-    ``trace(steps)`` then traces ``steps`` steps, training on from where the last call stopped. ``Timeline``
+    ``trace(steps)`` then traces ``steps`` steps, training on from where the last call stopped. ``TraceExplorer``
     keeps one per setting, so pressing Run again traces at once. On a GPU each phase ends with a synchronize,
     so its wall time covers the GPU work and not just the launches. On CPU devices the steps run with one
     intra-op thread (``timing.one_thread_per_operation``), as lesson 09 measures: a CPU device is one core.
@@ -68,9 +69,9 @@ class TracedTraining:
     def __init__(self, choice: ModelToTime, n_devices: int, batch: int) -> None:
         devices = choose_devices(n_devices)
         self.on_cpu = all(device.type == "cpu" for device in devices)
-        self.model = choice.model().to(devices[0])
+        self.model = choice.mlp.build().to(devices[0])
         self.data_parallel = DataParallel(self.model, devices)
-        self.x, self.y = choice.batch(batch, devices[0])
+        self.x, self.y = choice.mlp.batch(batch, device=devices[0])
         self.clock = synchronized_clock(devices)
         self.warmed_up = False
 

@@ -122,7 +122,7 @@ print(f"the replicas' own forward and backward: {compute_ms / step_ms:.0%} of th
 # its table says, from your run, whether DataParallel's own work or the model's compute dominates, or neither.
 
 # %%
-widgets.Timeline(model="many-layers", batch=64, devices=2)
+widgets.TraceExplorer(model="many-layers", batch=64, devices=2)
 
 # %% [markdown]
 # ### The same step, recorded on a GPU

@@ -31,14 +31,15 @@ print("the backend of 2 DDP ranks here:", backend_for(2))
 # %% [markdown]
 # ## The model
 # One model for the whole lesson: an MLP with 64 inputs, three hidden layers of 512 units and 1000 classes,
-# trained with cross-entropy on batches of 256 (`memory.MLP`, `dpcourse/memory/workload.py`). Every
+# trained with cross-entropy on batches of 256 (`memory.sized_mlp`, `dpcourse/memory/setup.py`). Every
 # parameter is a float32, 4 bytes:
 
 # %%
 setup = Setup()  # one device, batch 256, Adam, the MLP below
 model = setup.model
 print(model)
-print(f"{model.parameters:,} parameters in {model.tensors} tensors = {model.parameters * 4 / MIB:.2f} MiB")
+print(f"{model.parameters:,} parameters in {memory.parameter_tensors(model)} tensors = "
+      f"{model.parameters * 4 / MIB:.2f} MiB")
 
 # %% [markdown]
 # ## What one device holds
@@ -116,10 +117,10 @@ viz.memory_bars([*one_device.values(), memory.measure(dataclasses.replace(setup,
 # ## The allocator's view
 # Those are the kinds added up, each at its largest. Does the device ever hold all of them at once? The
 # allocator knows: under `torch.profiler.profile(profile_memory=True)` every allocation and free is an event.
-# `memory.timeline` profiles one step and replays the events in order (`dpcourse/memory/peak.py`):
+# `memory.profile_step` profiles one step and replays the events in order (`dpcourse/memory/peak.py`):
 
 # %%
-steps = memory.timeline(setup)
+steps = memory.profile_step(setup)
 added_up = memory.predict(setup).totals[0]
 print(f"at the start of the step (parameters, optimizer state, batch): {steps.start / MIB:.2f} MiB")
 print(f"the allocator's peak: {steps.peak / MIB:.2f} MiB, during the {steps.peak_phase}; "
@@ -353,7 +354,7 @@ exercises.check("device0_surplus", device0_surplus)
 # %% tags=["solution"]
 def batch_for_twice(candidates=(256, 1024, 4096, 16384)):
     for batch in candidates:
-        common = {"devices": 4, "batch": batch, "optimizer": "SGD", "model": memory.MLP(classes=32000)}
+        common = {"devices": 4, "batch": batch, "optimizer": "SGD", "model": memory.sized_mlp(classes=32000)}
         dp_first = memory.predict(Setup(kind="DataParallel", **common)).totals[0]
         if dp_first > 2 * memory.predict(Setup(kind="DDP", **common)).totals[0]:
             return batch
@@ -363,7 +364,7 @@ def batch_for_twice(candidates=(256, 1024, 4096, 16384)):
 print("exercise 1: DataParallel's device 0 holds over twice a DDP rank's bytes from batch", batch_for_twice())
 
 # %% tags=["solution"]
-big = memory.MLP(width=4096, depth=8)
+big = memory.sized_mlp(width=4096, depth=8)
 per_rank = [memory.predict(Setup(kind="DDP", devices=8, model=big, bucket_view=view)).totals[0]
             for view in (False, True)]
 
@@ -371,8 +372,8 @@ per_rank = [memory.predict(Setup(kind="DDP", devices=8, model=big, bucket_view=v
 print(f"exercise 2: {(per_rank[0] - per_rank[1]) / MIB:,.0f} MiB saved per rank, the size of the gradients")
 
 # %% tags=["solution"]
-wide_batch = Setup(batch=1024, optimizer="SGD", model=memory.MLP(width=256, depth=3, classes=10))
-profiled = memory.timeline(wide_batch)
+wide_batch = Setup(batch=1024, optimizer="SGD", model=memory.sized_mlp(width=256, depth=3, classes=10))
+profiled = memory.profile_step(wide_batch)
 
 # %%
 print(f"exercise 3: peak {profiled.peak / MIB:.1f} MiB during the {profiled.peak_phase}, the kinds added up "

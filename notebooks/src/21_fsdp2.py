@@ -34,7 +34,7 @@ from torch.distributed.fsdp import fully_shard
 
 from dpcourse import exercises, quiz
 from dpcourse.ddp.processes.launcher import backend_for
-from dpcourse.memory import MLP
+from dpcourse.memory import sized_mlp
 from dpcourse.sharded import checkpoint_sharded, practice, ranks, side_by_side
 
 print({f"{n} ranks": backend_for(n) for n in (2, 3)})
@@ -355,7 +355,7 @@ print("\npredicted\n" + side_by_side.table(side_by_side.predicted(side_by_side.c
 # where the bytes go: a **prediction**, not measured here, for the model below on 8 ranks (GiB per rank):
 
 # %%
-large = MLP(features=4096, width=4096, depth=48, classes=32000)
+large = sized_mlp(features=4096, width=4096, depth=48, classes=32000)
 print(f"{large.parameters:,} parameters, 8 ranks, batch 64, Adam (predicted)")
 print(side_by_side.table(side_by_side.predicted(large, 8, 64), "GiB", 2**30))
 

@@ -27,8 +27,8 @@ import torch
 from torch import nn
 
 import dpcourse
+from dpcourse.models_to_time import ModelToTime
 from dpcourse.timing import wall_time
-from dpcourse.workloads import ModelToTime
 
 from .rounds import watched
 from .torch_on_cpu import torch_on_cpu
@@ -51,7 +51,7 @@ def training_steps(forward: nn.Module, model: nn.Module, workload: ModelToTime, 
 
 def measure(workload: ModelToTime, rounds: int, warmup: int, steps: int) -> dict:
     """Interleaved rounds of dpcourse, torch and one device; per-step seconds and the paired ratios."""
-    models = {name: workload.model() for name in ("dpcourse", "torch", "one device")}
+    models = {name: workload.mlp.build() for name in ("dpcourse", "torch", "one device")}
     wrappers = {
         "dpcourse": dpcourse.DataParallel(models["dpcourse"], devices=dpcourse.devices(2)),
         "torch": nn.DataParallel(models["torch"], device_ids=[0, 1]),  # inside torch_on_cpu(): see main()

@@ -11,8 +11,8 @@ import statistics
 import torch
 
 import dpcourse
+from dpcourse.models_to_time import ModelToTime
 from dpcourse.timing import wall_time
-from dpcourse.workloads import ModelToTime
 
 from .rounds import watched
 from .workloads import batch_size, dp_step, tracing_cost, training_step, workloads
@@ -23,7 +23,7 @@ CPU = torch.device("cpu")
 
 def scaling(workload: ModelToTime, batch: int, counts: tuple[int, ...], rounds: int, warmup: int) -> dict:
     """Step times on every device count, interleaved with the plain step, and each one's paired ratio to it."""
-    model = workload.model()
+    model = workload.mlp.build()
     steps = {"single": training_step(model, model, workload, batch, CPU)}
     steps |= {f"dp{n}": dp_step(workload, batch, model, [CPU] * n) for n in counts}
     measured = watched({name: wall_time(step) for name, step in steps.items()}, rounds, warmup)
@@ -38,7 +38,7 @@ def breakdown(workload: ModelToTime, batch: int, n: int, traced_steps: int, warm
     replicate's end to the first forward's start (handing the replicas to their threads), ``stagger`` the
     first forward's start to the last one's, ``other`` what no span covers (loss, optimizer, Python glue).
     """
-    step = wall_time(dp_step(workload, batch, workload.model(), [CPU] * n))
+    step = wall_time(dp_step(workload, batch, workload.mlp.build(), [CPU] * n))
     parts: dict[str, list[float]] = {name: [] for name in ("total", *BREAKDOWN, "wake", "stagger", "other")}
     for i in range(warmup + traced_steps):
         with dpcourse.trace() as t:
@@ -63,7 +63,7 @@ def run(quick: bool, rounds: int, warmup: int) -> dict:
     for workload in workloads(quick):
         print(f"cpu: {workload.describe()}, batch {batch}", flush=True)
         results[workload.label] = {
-            "model": {"layers": list(workload.widths), "batch": batch},
+            "model": {"layers": list(workload.mlp.widths), "batch": batch},
             "scaling": scaling(workload, batch, counts, rounds, warmup),
             "breakdown": {str(n): breakdown(workload, batch, n, rounds, warmup) for n in counts if n > 1},
             "tracing": tracing_cost(workload, batch, [CPU] * 2, rounds, warmup),

@@ -14,8 +14,9 @@ from torch import nn
 
 import dpcourse
 from dpcourse.ddp.processes.launcher import launch
+from dpcourse.examples.model import MLP
+from dpcourse.models_to_time import ModelToTime
 from dpcourse.timing import Sample, cuda_seconds, interleaved, wall_time
-from dpcourse.workloads import ModelToTime
 
 from .rounds import summary, watched
 from .workloads import batch_size, dp_step, tracing_cost, training_step, workloads
@@ -38,7 +39,7 @@ def versus_torch(
 ) -> dict:
     """The same model and batch: plain step, dpcourse.DataParallel and torch.nn.DataParallel, interleaved."""
     devices = [torch.device("cuda", i) for i in device_ids]
-    model = workload.model().to(devices[0])
+    model = workload.mlp.build().to(devices[0])
     steps = {
         "single": training_step(model, model, workload, batch, devices[0]),
         "dpcourse": dp_step(workload, batch, model, devices),
@@ -103,8 +104,8 @@ def ddp_rank_steps(widths: tuple[int, ...], batch: int, rounds: int, warmup: int
     slowest rank's time is the step's time. On a GPU the times come from CUDA events.
     """
     on = torch.device(device)
-    workload = ModelToTime("ddp", tuple(widths))
-    model = workload.model().to(on)
+    workload = ModelToTime("ddp", MLP(tuple(widths)))
+    model = workload.mlp.build().to(on)
     if on.type == "cuda":
         torch.cuda.set_device(on)
         ddp, timer = nn.parallel.DistributedDataParallel(model, device_ids=[on.index]), cuda_time
@@ -127,7 +128,7 @@ def ddp_on_one_gpu(workload: ModelToTime, batch: int, rounds: int, warmup: int, 
 
     Not interleaved with the DataParallel runs: the ranks are processes of their own.
     """
-    args = (workload.widths, batch, rounds, warmup, device)
+    args = (workload.mlp.widths, batch, rounds, warmup, device)
     per_rank = launch(ddp_rank_steps, ranks, args, backend="gloo", timeout=300)
     slowest = [max(step) for step in zip(*per_rank, strict=True)]
     return {"ranks": ranks, "backend": "gloo", "devices": [device] * ranks, "steps": summary(slowest)}

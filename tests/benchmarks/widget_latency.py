@@ -20,13 +20,13 @@ from dpcourse.widgets.costmodel import CostModelCalculator
 from dpcourse.widgets.gradients import GradientSum
 from dpcourse.widgets.memory import MemoryCalculator
 from dpcourse.widgets.step_through import StepThrough
-from dpcourse.widgets.timeline import Timeline
+from dpcourse.widgets.trace_explorer import TraceExplorer
 
 EXPLORERS: dict[str, Callable[[], Explorer]] = {
     "StepThrough": StepThrough,
     "ChunkExplorer": ChunkExplorer,
     "GradientSum": GradientSum,
-    "Timeline": Timeline,
+    "TraceExplorer": TraceExplorer,
     "CostModelCalculator": CostModelCalculator,
     "MemoryCalculator": MemoryCalculator,
 }

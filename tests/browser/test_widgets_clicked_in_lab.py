@@ -22,12 +22,12 @@ pytestmark = pytest.mark.browser
 NOTEBOOK = "browser_explorers.ipynb"
 CELLS = [
     "import sys\nprint(sys.prefix)",
-    "from dpcourse import quiz\nfrom dpcourse.widgets import ChunkExplorer, GradientSum, StepThrough, Timeline",
+    "from dpcourse import quiz\nfrom dpcourse.widgets import ChunkExplorer, GradientSum, StepThrough, TraceExplorer",
     "StepThrough()",
     "ChunkExplorer()",
     "GradientSum()",
     'quiz.ask("02-ten-rows-four-devices")',
-    "Timeline(steps=2)",
+    "TraceExplorer(steps=2)",
 ]
 STEP_THROUGH, CHUNKS, GRADIENTS, QUIZ, TIMELINE = 2, 3, 4, 5, 6
 ERROR_STYLE = "[style*='C00000']"  # what dpcourse.ui.controls.reports_errors paints a callback's error in

@@ -16,7 +16,7 @@ import torch.distributed as dist
 
 from dpcourse.examples import loss_fn
 from dpcourse.memory.accounting import Breakdown, SavedTensors, device_bytes, state_tensors, storage_bytes
-from dpcourse.memory.workload import Setup, make_optimizer
+from dpcourse.memory.setup import Setup, make_optimizer
 
 from ..per_rank import shard, wrap
 from ..processes.launcher import device, launch

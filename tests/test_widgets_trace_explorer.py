@@ -1,18 +1,18 @@
-"""The Timeline explorer with ``devices[0]`` standing in for a GPU, and its verdict, which follows the numbers."""
+"""The trace explorer with ``devices[0]`` standing in for a GPU, and its verdict, which follows the numbers."""
 
 import re
 
 import pytest
 
-from dpcourse.widgets import Timeline
-from dpcourse.widgets.timeline import placeholder_png
+from dpcourse.widgets import TraceExplorer
 from dpcourse.widgets.timing import MODELS, describe, verdict
+from dpcourse.widgets.trace_explorer import placeholder_png
 from tests.widget_html import PNG, text
 
 
 @pytest.mark.parametrize("model", list(MODELS))
 def test_timeline_run_works_with_devices_0_standing_in_for_a_gpu(model, stand_in_gpu):
-    t = Timeline(model=model, batch=16, devices=2, steps=1)
+    t = TraceExplorer(model=model, batch=16, devices=2, steps=1)
     t.run_button.click()
     assert not t.message.value, text(t.message)
     assert bytes(t.image.value).startswith(PNG) and bytes(t.image.value) != placeholder_png()[0]

@@ -1,15 +1,15 @@
-"""Timeline: trace a few real training steps and see when DataParallel's own work outweighs the model's."""
+"""TraceExplorer: trace a few real training steps and see when DataParallel's own work outweighs the model's."""
 
 import functools
 
 import ipywidgets as widgets
 from matplotlib.figure import Figure
 
+from dpcourse.models_to_time import ModelToTime
 from dpcourse.ui.controls import reports_errors, show_png
 from dpcourse.ui.png import rendered
 from dpcourse.viz.palette import new_figure
 from dpcourse.viz.timeline_canvas import TimelineCanvas
-from dpcourse.workloads import ModelToTime
 
 from ._base import Explorer, int_slider, paragraph, selection_slider, toggle_buttons
 from .timing import MODELS, TracedTraining, describe, stage_totals
@@ -32,7 +32,7 @@ def placeholder_png() -> tuple[bytes, str]:
     return rendered(make)
 
 
-class Timeline(Explorer):
+class TraceExplorer(Explorer):
     """Press Run to trace ``steps`` training steps of the chosen model under ``DataParallel`` and draw them.
 
     Shows ``viz.timeline`` of the median step and, in ``totals``, each stage's mean time per step (scatter,

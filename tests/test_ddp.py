@@ -82,8 +82,8 @@ def test_bucketed_all_reduce_reimplementation_gives_ddp_gradients():
     assert not torch.equal(check.ddp[0], torch.zeros_like(check.ddp[0]))
 
 
-def test_timeline_has_one_row_per_rank_and_all_reduces_inside_backward():
-    trace = ddp.timeline(world_size=2, steps=3)
+def test_trace_ddp_steps_has_one_row_per_rank_and_all_reduces_inside_backward():
+    trace = ddp.trace_ddp_steps(world_size=2, steps=3)
     assert Trace.from_dict(trace.to_dict()) == trace
     for rank in (0, 1):
         spans = [s for s in trace.spans if s.replica == rank]
@@ -93,14 +93,14 @@ def test_timeline_has_one_row_per_rank_and_all_reduces_inside_backward():
         backwards = [s for s in spans if s.step == "backward"]
         for reduce in (s for s in spans if s.step == "allreduce"):
             assert any(b.start <= reduce.start <= b.end for b in backwards)
-    dp_trace = ddp.dp_timeline(n=2, steps=3)
+    dp_trace = ddp.trace_dp_steps(n=2, steps=3)
     assert len(dp_trace.steps("replicate")) == 3  # DataParallel replicates on every step
 
 
 def test_the_in_process_parts_run_where_devices_0_stands_in_for_a_gpu(stand_in_gpu):
     # DataParallel's timeline puts its model on devices[0]; the single-device references compare on the
     # ranks' device, so a GPU machine runs them too.
-    dp_trace = ddp.dp_timeline(n=2, steps=1, batch=8, hidden=16, depth=2)
+    dp_trace = ddp.trace_dp_steps(n=2, steps=1, batch=8, hidden=16, depth=2)
     assert {s.step for s in dp_trace.spans} >= {"scatter", "replicate", "forward", "gather", "reduce-add"}
     assert ddp.train(world_size=2, steps=1, batch=8).matches_single_device()
     unequal = ddp.gradients(world_size=2, batch=8, sizes=[5, 3])

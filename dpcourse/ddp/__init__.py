@@ -16,7 +16,7 @@ numbers::
     print(ddp.train(steps=3))           # weights after every step = single-device training
     print(ddp.buffers())                # BatchNorm buffers broadcast from rank 0 at every forward
     print(ddp.check_buckets())          # GradientBuckets (ours, ~60 lines) = DDP's gradients
-    trace = ddp.timeline()              # per-rank spans, a dpcourse.trace.Trace; ddp.dp_timeline() for DP
+    trace = ddp.trace_ddp_steps()       # per-rank spans, a dpcourse.trace.Trace; ddp.trace_dp_steps() for DP
     ddp.crash("kill")                   # WorkerError: rank 1 was killed by SIGKILL
 
 From a shell, the running example's training as a DDP script (lesson 17's), on one machine::
@@ -63,7 +63,7 @@ What changes on several machines:
 
 from .demos.equivalence import Buffers, Gradients, Training, buffers, gradients, train
 from .demos.failures import crash
-from .demos.timelines import dp_timeline, timeline
+from .demos.traced_steps import trace_ddp_steps, trace_dp_steps
 from .implementations.reducer import BucketCheck, GradientBuckets, check_buckets
 from .processes.launcher import WorkerError, launch
 
@@ -77,9 +77,9 @@ __all__ = [
     "buffers",
     "check_buckets",
     "crash",
-    "dp_timeline",
     "gradients",
     "launch",
-    "timeline",
+    "trace_ddp_steps",
+    "trace_dp_steps",
     "train",
 ]

@@ -250,15 +250,15 @@ print(ddp.check_buckets(world_size=2, batch=8, bucket_bytes=300))
 # The same training, traced both ways: the MLP widened to 4 layers of 512 (about 2 MiB of gradients), a
 # batch of 64, 2 steps on 2 DDP ranks with 1 MiB buckets, and one step of DataParallel on
 # `dpcourse.devices(2)` (every DataParallel step looks the same). Each DDP rank records its own spans; an all-reduce span starts when
-# its bucket is full and ends when the average has arrived (`dpcourse/ddp/demos/timelines.py`). The top lane,
+# its bucket is full and ends when the average has arrived (`dpcourse/ddp/demos/traced_steps.py`). The top lane,
 # the critical path, is drawn for one step: for DDP it shows the one-time `replicate` and the last step.
 # The figures show the stored run; yours will differ in the details:
 
 # %% tags=["nbval-ignore-output"]
-ddp_trace = ddp.timeline(world_size=2, steps=2, batch=64, hidden=512, depth=4, bucket_cap_mb=1.0)
+ddp_trace = ddp.trace_ddp_steps(world_size=2, steps=2, batch=64, hidden=512, depth=4, bucket_cap_mb=1.0)
 ddp_figure = viz.timeline(ddp_trace)
 ddp_figure.suptitle(f"DDP, 2 ranks (processes): 2 steps, {ddp_trace.duration * 1e3:.1f} ms end to end (dotted line)")
-dp_trace = ddp.dp_timeline(n=2, steps=1, batch=64, hidden=512, depth=4)
+dp_trace = ddp.trace_dp_steps(n=2, steps=1, batch=64, hidden=512, depth=4)
 display(ddp_figure, viz.timeline(dp_trace))
 
 # %% [markdown]

@@ -1,7 +1,7 @@
 """What each rank does, and when: DDP training steps recorded as a ``dpcourse.trace.Trace``.
 
 Every rank records its own spans (``thread="rank-r"``, ``replica=r``) and sends them to the parent, which
-merges them into one ``Trace`` that ``dpcourse.viz`` draws like a DataParallel trace (``dp_timeline``
+merges them into one ``Trace`` that ``dpcourse.viz`` draws like a DataParallel trace (``trace_dp_steps``
 records the DataParallel one for the same model and batches). The steps:
 
 * ``replicate``: ``DistributedDataParallel(model)``, whose constructor broadcasts rank 0's parameters
@@ -76,7 +76,7 @@ class _Recorder:
         return allreduce_hook(process_group, bucket).then(finished)
 
 
-def _timeline(steps: int, batch: int, hidden: int, depth: int, bucket_cap_mb: float) -> list[dict]:
+def _rank_spans(steps: int, batch: int, hidden: int, depth: int, bucket_cap_mb: float) -> list[dict]:
     rank, world, here = dist.get_rank(), dist.get_world_size(), device()
     module = make_model(hidden=hidden, depth=depth)
     dist.barrier()
@@ -98,8 +98,8 @@ def _timeline(steps: int, batch: int, hidden: int, depth: int, bucket_cap_mb: fl
     return [dataclasses.asdict(span) for span in recorder.spans]
 
 
-def timeline(world_size: int = 2, steps: int = 3, batch: int = 64, hidden: int = 512, depth: int = 4,
-             bucket_cap_mb: float = 1.0) -> Trace:
+def trace_ddp_steps(world_size: int = 2, steps: int = 3, batch: int = 64, hidden: int = 512, depth: int = 4,
+                    bucket_cap_mb: float = 1.0) -> Trace:
     """Train ``steps`` DDP steps on ``world_size`` ranks and return every rank's spans as one ``Trace``.
 
     The defaults deepen the lesson model to 4 Linear layers of width 512 (2.1 MiB of gradients), so
@@ -107,12 +107,12 @@ def timeline(world_size: int = 2, steps: int = 3, batch: int = 64, hidden: int =
     only after the first backward rebuilds them in the order the gradients really arrived
     (``Reducer::rebuild_buckets`` in ``torch/csrc/distributed/c10d/reducer.cpp``).
     """
-    ranks = launch(_timeline, world_size, (steps, batch, hidden, depth, bucket_cap_mb))
+    ranks = launch(_rank_spans, world_size, (steps, batch, hidden, depth, bucket_cap_mb))
     spans = [Span(**span) for rank in ranks for span in rank]
     return Trace(sorted(spans, key=lambda s: (s.start, s.replica)))
 
 
-def dp_timeline(n: int = 2, steps: int = 3, batch: int = 64, hidden: int = 512, depth: int = 4) -> Trace:
+def trace_dp_steps(n: int = 2, steps: int = 3, batch: int = 64, hidden: int = 512, depth: int = 4) -> Trace:
     """The same training, with ``dpcourse.DataParallel`` on ``dpcourse.devices(n)``, traced in this process.
 
     The model goes to ``devices[0]`` before it is wrapped, and each step's batch and targets go there too, where

@@ -26,8 +26,6 @@ from collections.abc import Sequence
 import torch
 import torch.distributed as dist
 from torch import nn
-from torch.distributed.device_mesh import init_device_mesh
-from torch.distributed.fsdp import fully_shard
 from torch.distributed.optim import ZeroRedundancyOptimizer
 from torch.distributed.tensor import DTensor
 
@@ -37,6 +35,8 @@ from dpcourse.ddp.processes.launcher import device, launch
 from dpcourse.examples import loss_fn
 from dpcourse.memory.accounting import Breakdown, SavedTensors, device_bytes, state_tensors, storage_bytes
 from dpcourse.memory.setup import Setup, make_optimizer, optimizer_class
+
+from . import fsdp2
 
 KINDS = ("DDP", "ZeRO-1", "ZeRO-2", "ZeRO-3")
 
@@ -83,12 +83,10 @@ def _build(setup: Setup, here: torch.device) -> tuple[nn.Module, torch.optim.Opt
             return ddp_model, make_optimizer(setup.optimizer, ddp_model.parameters()), None
         cls, options = optimizer_class(setup.optimizer)
         return ddp_model, ZeroRedundancyOptimizer(ddp_model.parameters(), optimizer_class=cls, **options), None
-    mesh = init_device_mesh(here.type, (dist.get_world_size(),))
-    layers = [layer for layer in model if isinstance(layer, nn.Linear)]
-    for layer in [*layers, model]:  # each layer its own unit, then the model (the root, which has no parameters)
-        fully_shard(layer, mesh=mesh, reshard_after_forward=setup.kind == "ZeRO-3")
+    # Each Linear its own unit, then the model (the root, which has no parameters left), as lesson 21 shards it.
+    fsdp2.shard_model(model, fsdp2.mesh_of_all_ranks(), reshard_after_forward=setup.kind == "ZeRO-3")
     watched = Watched(model)
-    for layer in layers:
+    for layer in fsdp2.linear_layers(model):
         layer.register_forward_pre_hook(watched.watch)
     return model, make_optimizer(setup.optimizer, model.parameters()), watched
 

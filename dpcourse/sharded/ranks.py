@@ -6,7 +6,7 @@
 2. takes its shard of each step's batch: step ``s`` uses samples ``s * samples ... (s + 1) * samples - 1`` of
    ``examples.regression_batch``, and rank ``r`` of ``n`` gets the ``r``-th contiguous ``samples / n`` of them;
 3. calls ``program(model, batches, lr)`` (with ``**extra`` if given) while ``traffic.counted()`` counts what it
-   sends and which collectives it calls, and records each collective's size.
+   sends and records each collective it calls, with its size.
 
 ``program`` trains with its own optimizer, ``steps`` steps, the loss ``examples.regression_loss`` (mean squared error,
 averaged over the rank's samples), gradients averaged over the ranks as DDP does. Then every rank's training
@@ -29,14 +29,13 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-from torch.distributed import distributed_c10d
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
 from .. import examples
 from ..ddp.processes.by_source import SourceFunction
 from ..ddp.processes.launcher import WorkerError, device, launch
 from ..ddp.processes.learner import keep_error, kept_error
-from ..ddp.processes.traffic import COLLECTIVES, counted
+from ..ddp.processes.traffic import counted
 from ..memory.accounting import state_tensors, storage_bytes
 
 # 8 inputs -> 15 -> 15 -> 4 outputs: 439 parameters, a number that 2, 3 and 4 ranks cannot split evenly.
@@ -50,46 +49,6 @@ def _rank_batches(steps: int, samples: int, seed: int, rank: int, world_size: in
     share = samples // world_size
     starts = [step * samples + rank * share for step in range(steps)]
     return [(x[start:start + share], y[start:start + share]) for start in starts]
-
-
-def _size(argument: Any) -> int:
-    tensors = [argument] if isinstance(argument, torch.Tensor) else argument if isinstance(argument, list) else []
-    return sum(t.numel() * t.element_size() for t in tensors if isinstance(t, torch.Tensor))
-
-
-@contextlib.contextmanager
-def collective_sizes() -> Iterator[list[tuple[str, int]]]:
-    """Record ``(name, bytes)`` for each collective called: the bytes of its largest tensor argument.
-
-    That is the size of the whole collective: the tensor all-reduced or broadcast, the full output of an
-    all-gather (all shards), the full input of a reduce-scatter. What the backend sends for it depends on its
-    algorithm, which runs inside the backend where ``traffic`` cannot count it.
-    """
-    calls: list[tuple[str, int]] = []
-    originals = {name: getattr(dist, name) for name in COLLECTIVES if hasattr(dist, name)}
-    inside = [0]  # torch 2.13's all_gather_into_tensor calls all_gather_single: record the call the program made
-
-    def sized(name: str, function: Callable) -> Callable:
-        def collective(*args, **kwargs):
-            if not inside[0]:
-                calls.append((name, max(map(_size, [*args, *kwargs.values()]), default=0)))
-            inside[0] += 1
-            try:
-                return function(*args, **kwargs)
-            finally:
-                inside[0] -= 1
-
-        return collective
-
-    for module in (dist, distributed_c10d):
-        for name, function in originals.items():
-            setattr(module, name, sized(name, function))
-    try:
-        yield calls
-    finally:
-        for module in (dist, distributed_c10d):
-            for name, function in originals.items():
-                setattr(module, name, function)
 
 
 @contextlib.contextmanager
@@ -130,7 +89,7 @@ def _train(shipped: Any, steps: int, lr: float, widths: tuple[int, ...], samples
                for x, y in _rank_batches(steps, samples, seed, rank, world_size)]
     try:
         program = shipped.rebuild() if isinstance(shipped, SourceFunction) else shipped
-        with counted() as traffic, collective_sizes() as sizes, _stepped_optimizers() as optimizers:
+        with counted() as traffic, _stepped_optimizers() as optimizers:
             returned = program(model, batches, lr, **extra)
         parameters, more = _final_parameters(returned, model)
         state = storage_bytes(t for optimizer in optimizers for t in state_tensors(optimizer))
@@ -138,7 +97,7 @@ def _train(shipped: Any, steps: int, lr: float, widths: tuple[int, ...], samples
         keep_error(error, errors)
         raise
     return {**more, "parameters": parameters, "sent": traffic.sent, "received": traffic.received,
-            "collectives": sizes, "optimizer_state_bytes": state, "backend": dist.get_backend()}
+            "collectives": traffic.calls, "optimizer_state_bytes": state, "backend": dist.get_backend()}
 
 
 def _importable(program: Callable) -> bool:
@@ -154,7 +113,7 @@ def train_on_ranks(program: Callable, world_size: int, *, steps: int = 3, lr: fl
     """Run ``program(model, batches, lr, **extra)`` on ``world_size`` ranks; per rank, a dict of
 
     ``parameters`` (the returned full parameters, CPU tensors), ``sent`` and ``received`` (bytes point to
-    point), ``collectives`` (``(name, bytes)`` per collective called, see ``collective_sizes``),
+    point), ``collectives`` (``(name, bytes)`` per collective called, see ``traffic.counted``),
     ``optimizer_state_bytes`` (the state of every optimizer that stepped in the program, after it), ``backend``
     and whatever else the program returned in its dict. ``samples`` per step must split evenly over the ranks.
 

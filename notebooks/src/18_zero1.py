@@ -187,7 +187,7 @@ for n, results in runs.items():
 #
 # ## What it costs: one more collective per step
 # `ranks.train_on_ranks` records every collective a program calls through `torch.distributed`, with the bytes
-# of its whole tensor: the tensor all-reduced, the all-gather's whole output (`ranks.collective_sizes`). DDP's
+# of its whole tensor: the tensor all-reduced, the all-gather's whole output (`ddp.processes.traffic.counted`). DDP's
 # reducer calls its all-reduces from C++ (`torch/csrc/distributed/c10d/reducer.cpp`), where that record cannot
 # see them: the run below trained DDP for 3 steps, then ZeRO-1 for 3, and only ZeRO-1's collectives were
 # recorded. DDP's buckets report their size instead (`ddp.demos.memory.bucket_bytes`), and every step it all-reduces

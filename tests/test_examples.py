@@ -6,7 +6,6 @@ from torch import nn
 
 import dpcourse
 from dpcourse import examples
-from dpcourse.examples.demo_modules import BufferCountingNet
 
 
 def test_model_and_batch_are_seeded():
@@ -85,9 +84,9 @@ def test_regression_data_is_seeded_and_the_oracle_is_torch_sgd_on_its_slices():
     for step in range(2):
         model.zero_grad()
         examples.regression_loss(model(x[3 * step : 3 * step + 3]), y[3 * step : 3 * step + 3]).backward()
-        assert examples.max_diff(examples.flat_grad(model), reference["grads"][step]) < 1e-6
+        assert examples.max_difference(examples.flat_grad(model), reference["grads"][step]) < 1e-6
         examples.sgd_step(model, lr=0.1)  # torch.optim.SGD's update, rounded differently in the last bit
-        assert examples.max_diff(examples.flat_weights(model), reference["weights"][step]) < 1e-6
+        assert examples.max_difference(examples.flat_weights(model), reference["weights"][step]) < 1e-6
 
 
 def test_data_parallel_training_matches_the_oracle():
@@ -112,6 +111,29 @@ def test_train_is_torch_sgd_with_momentum():
     assert examples.max_weight_difference(model, reference) < 1e-6
 
 
+def test_max_difference_pairs_tensors_in_order_and_dicts_by_key():
+    a, b = torch.tensor([1.0, 2.0]), torch.tensor([1.0, 2.5])
+    assert examples.max_difference(a, b) == 0.5
+    assert examples.max_difference([a, torch.zeros(2, 2)], [b, torch.full((2, 2), -3.0)]) == 3.0
+    assert examples.max_difference({"w": a, "b": b}, {"b": b, "w": a}) == 0.0  # by name, not by position
+    model = examples.make_model()
+    assert examples.max_difference(model.parameters(), examples.make_model().parameters()) == 0.0
+    with pytest.raises(ValueError):
+        examples.max_difference([a, a], [b])  # a parameter missing on one side is not "no difference"
+
+
+def test_the_models_differences_are_max_difference_of_their_weights_and_grads():
+    model, other = examples.make_model(), examples.make_model()
+    with torch.no_grad():
+        other[0].weight[2, 3] += 0.25
+    x, y = examples.make_batch(10)
+    for m in (model, other):
+        examples.loss_fn(m(x), y).backward()
+    assert examples.max_weight_difference(model, other) == pytest.approx(0.25)
+    grads = [[p.grad for p in m.parameters()] for m in (model, other)]
+    assert examples.max_grad_difference(model, other) == examples.max_difference(*grads) > 0
+
+
 def test_counting_net_loses_its_counter_but_not_its_list():
     net = examples.CountingNet()
     dpcourse.DataParallel(net, devices=dpcourse.devices(2))(torch.randn(6, 3))
@@ -120,7 +142,7 @@ def test_counting_net_loses_its_counter_but_not_its_list():
 
 @pytest.mark.parametrize(("devices", "calls", "rows"), [(1, 3, 24), (4, 0, 6)])
 def test_buffer_counting_net_counts_forwards_in_a_buffer_and_rows_only_of_replica_0(devices, calls, rows):
-    net = BufferCountingNet(features=2)
+    net = examples.BufferCountingNet(features=2)
     dp = dpcourse.DataParallel(net, devices=dpcourse.devices(devices))
     for _ in range(3):
         dp(torch.randn(8, 2))

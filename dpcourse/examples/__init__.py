@@ -21,12 +21,12 @@ The DDP and sharded lessons train the same model on a regression task, each rank
 """
 
 from .data import loss_fn, make_batch, regression_batch, regression_loss
-from .demo_modules import ChunkMean, CountingNet, LossInside
+from .demo_modules import BufferCountingNet, ChunkMean, CountingNet, LossInside
 from .model import CLASSES, FEATURES, HIDDEN, MLP, make_model, mlp, running_example
 from .oracle import (
     flat_grad,
     flat_weights,
-    max_diff,
+    max_difference,
     max_grad_difference,
     max_weight_difference,
     sgd_step,
@@ -38,6 +38,7 @@ from .seeded import seeded_module, seeded_randn
 
 __all__ = [
     "CLASSES",
+    "BufferCountingNet",
     "ChunkMean",
     "CountingNet",
     "FEATURES",
@@ -49,7 +50,7 @@ __all__ = [
     "loss_fn",
     "make_batch",
     "make_model",
-    "max_diff",
+    "max_difference",
     "max_grad_difference",
     "max_weight_difference",
     "mlp",

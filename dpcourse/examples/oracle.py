@@ -5,6 +5,7 @@ lessons' (mean squared error, plain SGD, one slice of ``regression_batch`` per s
 """
 
 import copy
+from collections.abc import Iterable, Mapping
 
 import torch
 from torch import nn
@@ -18,19 +19,33 @@ def twin(model: nn.Module) -> nn.Module:
     return copy.deepcopy(model)
 
 
+Tensors = torch.Tensor | Iterable[torch.Tensor] | Mapping[str, torch.Tensor]
+
+
+def max_difference(a: Tensors, b: Tensors) -> float:
+    """The largest elementwise ``|a - b|`` (0.0 = identical): how far a parallel run is from the oracle, or two ranks
+    from each other.
+
+    ``a`` and ``b`` are two tensors, or two collections of tensors paired in order (lists, ``model.parameters()``),
+    or two dicts paired by key (``dict(model.named_parameters())``); a collection of another length is a
+    ``ValueError``. The tensors of a pair must be on one device.
+    """
+    if isinstance(a, torch.Tensor):
+        a, b = [a], [b]
+    elif isinstance(a, Mapping):
+        a, b = a.values(), [b[name] for name in a]
+    with torch.no_grad():  # parameters need no graph to be compared
+        return max((x - y).abs().max().item() for x, y in zip(a, b, strict=True))
+
+
 def max_grad_difference(a: nn.Module, b: nn.Module) -> float:
-    """The largest absolute difference between the two models' parameter gradients (0.0 = identical)."""
-    return max((pa.grad - pb.grad).abs().max().item() for pa, pb in zip(a.parameters(), b.parameters(), strict=True))
+    """``max_difference`` of the two models' parameter gradients, ``.grad``, in ``parameters()`` order."""
+    return max_difference([p.grad for p in a.parameters()], [p.grad for p in b.parameters()])
 
 
 def max_weight_difference(a: nn.Module, b: nn.Module) -> float:
-    """The largest absolute difference between the two models' parameters."""
-    return max((pa - pb).abs().max().item() for pa, pb in zip(a.parameters(), b.parameters(), strict=True))
-
-
-def max_diff(a: torch.Tensor, b: torch.Tensor) -> float:
-    """The largest elementwise ``|a - b|``: how far two ranks', or a rank's and one device's, numbers are apart."""
-    return (a - b).abs().max().item()
+    """``max_difference`` of the two models' parameters, in ``parameters()`` order."""
+    return max_difference(a.parameters(), b.parameters())
 
 
 def flat_grad(module: nn.Module) -> torch.Tensor:

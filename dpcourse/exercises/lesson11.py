@@ -7,8 +7,7 @@ import torch
 
 from ..data_parallel import DataParallel
 from ..devices import devices
-from ..examples import ChunkMean
-from ..examples.demo_modules import BufferCountingNet
+from ..examples import BufferCountingNet, ChunkMean
 from .check import Case, Exercise, equals
 
 

@@ -165,7 +165,7 @@ def first_difference(ranks: list[dict], expected: list[torch.Tensor], widths: Se
     for rank, result in enumerate(ranks):
         for name, got, want in zip(names, result["parameters"], expected, strict=True):
             if not torch.allclose(got, want, rtol=rtol, atol=atol):
-                gap = (got - want).abs().max().item()
+                gap = examples.max_difference(got, want)
                 scale = want.abs().max().item()
                 return (f"rank {rank}'s {name} {tuple(want.shape)} differs from one-device Adam by up to "
                         f"{gap:.3g} (its largest entry is {scale:.3g}).")

@@ -14,6 +14,7 @@ from matplotlib.figure import Figure
 
 from dpcourse import viz
 from dpcourse.by_hand import tensor_at
+from dpcourse.examples import max_difference
 
 from ._base import paragraph, table
 from .chunks import idle_warning
@@ -31,10 +32,6 @@ def summary(t: torch.Tensor) -> str:
 
 def shapes(tensors: list[torch.Tensor]) -> str:
     return ", ".join(str(list(t.shape)) for t in tensors)
-
-
-def max_difference(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:
-    return max((a[name] - b[name]).abs().max().item() for name in a)
 
 
 def _inputs(r: StepRecord) -> str:
@@ -100,15 +97,15 @@ def _backward(r: StepRecord) -> str:
 
 
 def _reduce_add(r: StepRecord) -> str:
-    rows = [[name, summary(g), f"{(g - r.single_grads[name]).abs().max().item():.1e}"] for name, g in r.grads.items()]
+    rows = [[name, summary(g), f"{max_difference(g, r.single_grads[name]):.1e}"] for name, g in r.grads.items()]
     head = paragraph(f"max |sum of {len(r.replicas)} replica gradients - single device| = "
                      f"{max_difference(r.grads, r.single_grads):.1e}")
     return head + table(["parameter", ".grad = sum over replicas", "max |diff| to single device"], rows)
 
 
 def _optimizer(r: StepRecord) -> str:
-    rows = [[name, f"{(r.weights_after[name] - w).abs().max().item():.2e}",
-             f"{(r.weights_after[name] - r.single_weights_after[name]).abs().max().item():.1e}"]
+    rows = [[name, f"{max_difference(r.weights_after[name], w):.2e}",
+             f"{max_difference(r.weights_after[name], r.single_weights_after[name]):.1e}"]
             for name, w in r.weights_before.items()]
     head = paragraph(f"SGD, lr {LEARNING_RATE}: max |weights - single-device step's| = "
                      f"{max_difference(r.weights_after, r.single_weights_after):.1e}")

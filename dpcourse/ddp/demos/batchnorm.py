@@ -14,7 +14,7 @@ from torch import nn
 
 from dpcourse import examples
 
-from ...examples import flat_weights, max_diff, regression_batch, regression_loss
+from ...examples import flat_weights, max_difference, regression_batch, regression_loss
 from ..implementations.syncbn import SyncBatchNorm1d, global_stats
 from ..per_rank import wrap
 from ..processes.launcher import device, launch
@@ -77,7 +77,7 @@ class BatchNormStep:
         """Per rank: max |rank's ``what`` - one device's|. For ``"output"``, the rank's rows of the reference."""
         rows = self.reference["output"].tensor_split(len(self.ranks))
         found = [r[kind][what] for r in self.ranks]  # a rank's result came back from its process: compare there
-        return [max_diff(f, (rows[i] if what == "output" else self.reference[what]).to(f.device))
+        return [max_difference(f, (rows[i] if what == "output" else self.reference[what]).to(f.device))
                 for i, f in enumerate(found)]
 
     def __str__(self) -> str:

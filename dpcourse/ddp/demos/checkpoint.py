@@ -24,7 +24,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from ...examples import flat_weights, make_model, max_diff, regression_batch, regression_loss
+from ...examples import flat_weights, make_model, max_difference, regression_batch, regression_loss
 from ..per_rank import shard, wrap
 from ..processes.launcher import device, launch
 
@@ -110,7 +110,7 @@ class Checkpoints:
 
     def diff_to_rank0(self, how: str, weights: str = "weights") -> list[float]:
         """Per rank: max |loaded weights - rank 0's loaded weights|."""
-        return [max_diff(r[how][weights], self.ranks[0][how][weights]) for r in self.ranks]
+        return [max_difference(r[how][weights], self.ranks[0][how][weights]) for r in self.ranks]
 
     def __str__(self) -> str:
         trained = self.ranks[0]["trained"]
@@ -123,7 +123,7 @@ class Checkpoints:
             f"{[round(d, 4) for d in self.diff_to_rank0('without_barrier', 'after_one_more_step')]}",
             f"with the barrier:    step read per rank {self.read_steps('with_barrier')}, "
             f"max |w - trained weights| per rank "
-            f"{[max_diff(r['with_barrier']['weights'], trained) for r in self.ranks]}",
+            f"{[max_difference(r['with_barrier']['weights'], trained) for r in self.ranks]}",
             f"tensors saved on {self.ranks[0]['saved_on']}; loaded with map_location=<the rank's device> on "
             f"{[r['loaded_on'] for r in self.ranks]}",
             f"saving on every rank: {len(files)} writes of {files[0]['bytes']} bytes, all the same bytes: "

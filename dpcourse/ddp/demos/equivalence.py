@@ -15,7 +15,15 @@ from collections.abc import Sequence
 import torch
 import torch.distributed as dist
 
-from ...examples import flat_grad, flat_weights, make_model, max_diff, regression_batch, regression_loss, single_device
+from ...examples import (
+    flat_grad,
+    flat_weights,
+    make_model,
+    max_difference,
+    regression_batch,
+    regression_loss,
+    single_device,
+)
 from ..per_rank import shard, wrap
 from ..processes.launcher import device, launch
 
@@ -67,8 +75,8 @@ class Gradients:
         lines += [_row("sum of ranks", self.sum_of_local[-4:]), _row("mean of ranks", self.mean_of_local[-4:])]
         lines += [_row("DDP, on rank 0", self.synced[0][-4:]), _row("single device, full batch", self.full_batch[-4:])]
         lines.append(_row("mean weighted by shard size", self.size_weighted_mean[-4:]))
-        lines.append(f"DDP = mean of ranks: max |diff| {max_diff(self.synced[0], self.mean_of_local):.2e}")
-        lines.append(f"DDP = full batch:    max |diff| {max_diff(self.synced[0], self.full_batch):.2e}")
+        lines.append(f"DDP = mean of ranks: max |diff| {max_difference(self.synced[0], self.mean_of_local):.2e}")
+        lines.append(f"DDP = full batch:    max |diff| {max_difference(self.synced[0], self.full_batch):.2e}")
         return "\n".join(lines)
 
 
@@ -116,14 +124,14 @@ class Training:
 
     def max_diff_to_single_device(self) -> list[float]:
         """Per step: the largest difference between any rank's weights and single-device training's."""
-        return [max(max_diff(r["weights"][s], w) for r in self.ranks) for s, w in enumerate(self.single_device)]
+        return [max(max_difference(r["weights"][s], w) for r in self.ranks) for s, w in enumerate(self.single_device)]
 
     def matches_single_device(self, tolerance: float = 1e-6) -> bool:
         return max(self.max_diff_to_single_device()) <= tolerance
 
     def __str__(self) -> str:
-        start = [max_diff(r["before_wrap"], self.ranks[0]["before_wrap"]) for r in self.ranks]
-        wrapped = [max_diff(r["after_wrap"], self.ranks[0]["before_wrap"]) for r in self.ranks]
+        start = [max_difference(r["before_wrap"], self.ranks[0]["before_wrap"]) for r in self.ranks]
+        wrapped = [max_difference(r["after_wrap"], self.ranks[0]["before_wrap"]) for r in self.ranks]
         same = all(r["same_storage"] for r in self.ranks)
         lines = [f"rank {i}/{len(self.ranks)}: pid {r['pid']}, {r['device']}, {r['backend']}"
                  for i, r in enumerate(self.ranks)]

@@ -3,7 +3,7 @@
 import torch
 from torch import nn
 
-from ...examples.demo_modules import BufferCountingNet
+from ...examples import BufferCountingNet
 from ..lab import data_parallel_over, gathered_means, run_three_forwards, seeded_module, seeded_randn
 from ..outcome import Outcome
 

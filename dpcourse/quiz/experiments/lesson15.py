@@ -10,6 +10,7 @@ from dpcourse.memory import MIB, Setup, sized_mlp
 from ..outcome import Outcome, only_true
 
 MODEL = sized_mlp()  # the lesson's MLP: 64 -> 512 -> 512 -> 512 -> 1000, about a million parameters
+TENSORS = memory.parameter_tensors(MODEL)  # a weight and a bias per layer
 
 
 def _state_after_one_step(optimizer: str) -> int:
@@ -28,19 +29,19 @@ def adam_state_bytes() -> Outcome:
     extra = adam - sgd
     counters = extra - 2 * parameter_bytes
     text = (
-        f"parameters: {MODEL.parameters:,} float32 = {parameter_bytes:,} bytes (P), in {memory.parameter_tensors(MODEL)} tensors\n"
+        f"parameters: {MODEL.parameters:,} float32 = {parameter_bytes:,} bytes (P), in {TENSORS} tensors\n"
         f"state after one step: SGD {sgd:,} bytes, Adam {adam:,} bytes\n"
         f"Adam - SGD = {extra:,} bytes = {extra / parameter_bytes:.4f} P: exp_avg and exp_avg_sq (2 P) and "
-        f"{counters} bytes of step counters ({counters // memory.parameter_tensors(MODEL)} per tensor)"
+        f"{counters} bytes of step counters ({counters // TENSORS} per tensor)"
     )
     value = only_true(
         {
             "None: like SGD, Adam keeps only the gradients and computes its averages from them": extra == 0,
             "As much as the parameters: one running average per parameter, like momentum": (
-                abs(extra - parameter_bytes) < memory.parameter_tensors(MODEL) * 8
+                abs(extra - parameter_bytes) < TENSORS * 8
             ),
             "Twice the parameters: two running averages per parameter, and a step counter per tensor": (
-                counters == 4 * memory.parameter_tensors(MODEL)
+                counters == 4 * TENSORS
             ),
         }
     )

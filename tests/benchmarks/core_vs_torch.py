@@ -30,11 +30,11 @@ import dpcourse
 from dpcourse.models_to_time import ModelToTime
 from dpcourse.timing import wall_time
 
+from .models import batch_size, models, training_step
 from .rounds import watched
 from .torch_on_cpu import torch_on_cpu
-from .workloads import batch_size, training_step, workloads
 
-MODELS = {model.label: model for model in workloads(quick=False)}
+MODELS = {model.label: model for model in models(quick=False)}
 BATCH = batch_size(quick=False)
 
 

@@ -14,8 +14,8 @@ import dpcourse
 from dpcourse.models_to_time import ModelToTime
 from dpcourse.timing import wall_time
 
+from .models import batch_size, dp_step, models, tracing_cost, training_step
 from .rounds import watched
-from .workloads import batch_size, dp_step, tracing_cost, training_step, workloads
 
 BREAKDOWN = ("scatter", "replicate", "forward", "gather", "gather-backward", "backward", "reduce-add")
 CPU = torch.device("cpu")
@@ -60,7 +60,7 @@ def run(quick: bool, rounds: int, warmup: int) -> dict:
     """Every CPU measurement, by workload: scaling, the per-step breakdown and the cost of tracing."""
     counts, batch = ((1, 2) if quick else (1, 2, 4)), batch_size(quick)
     results = {}
-    for workload in workloads(quick):
+    for workload in models(quick):
         print(f"cpu: {workload.describe()}, batch {batch}", flush=True)
         results[workload.label] = {
             "model": {"layers": list(workload.mlp.widths), "batch": batch},

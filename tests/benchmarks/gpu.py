@@ -18,8 +18,8 @@ from dpcourse.examples.model import MLP
 from dpcourse.models_to_time import ModelToTime
 from dpcourse.timing import Sample, cuda_seconds, interleaved, wall_time
 
+from .models import batch_size, dp_step, models, tracing_cost, training_step
 from .rounds import summary, watched
-from .workloads import batch_size, dp_step, tracing_cost, training_step, workloads
 
 
 def cuda_time(step: Callable[[], object]) -> Sample:
@@ -141,7 +141,7 @@ def run(quick: bool, rounds: int, warmup: int) -> dict:
         return {"skipped": "no CUDA device on this machine"}
     results: dict = {"versus_torch": {}, "tracing": {}, "ddp": {}}
     batch = batch_size(quick)
-    for workload in workloads(quick):
+    for workload in models(quick):
         for ids in device_lists():
             print(f"gpu: {workload.describe()}, batch {batch} on devices {ids}", flush=True)
             results["versus_torch"][f"{workload.label} {ids}"] = versus_torch(workload, batch, ids, rounds, warmup)

@@ -22,7 +22,7 @@ from .rounds import watched
 LEARNING_RATE = 1e-4
 
 
-def workloads(quick: bool) -> list[ModelToTime]:
+def models(quick: bool) -> list[ModelToTime]:
     """The two models, labelled ``mlp`` and ``small-layers`` (the keys of the results)."""
     if quick:
         return [ModelToTime("mlp", MLP((64, 128, 128, 10))), ModelToTime("small-layers", MLP((32,) * 21))]

@@ -54,8 +54,27 @@ class ProfiledStep:
         """The phase in which the peak happened (``"start"`` if nothing the step allocated went above the start)."""
         if self.peak == self.start:
             return "start"
-        at = self.allocated.index(self.peak)
-        return next((name for name, (first, last) in self.phases.items() if first <= at <= last), "between phases")
+        return phase_of(self.allocated.index(self.peak), self.phases)
+
+
+def phased_step(forward: Callable[[torch.Tensor], torch.Tensor], loss_of: Callable, optimizer: torch.optim.Optimizer,
+                x: torch.Tensor, y: torch.Tensor, after_backward: Callable[[], None] = lambda: None) -> None:
+    """One training step, each of ``PHASES`` inside a ``record_function`` span of its name: what ``allocations``
+    splits the allocations by. ``after_backward`` runs inside the backward span (ZeRO-3 frees its shards there)."""
+    with record_function("forward"):
+        output = forward(x)
+    with record_function("loss"):
+        loss = loss_of(output, y)
+    with record_function("backward"):
+        loss.backward()
+        after_backward()
+    with record_function("optimizer step"):
+        optimizer.step()
+
+
+def phase_of(index: int, phases: dict[str, tuple[int, int]]) -> str:
+    """The phase whose span holds allocation event ``index`` (``phases`` as ``allocations`` returns it)."""
+    return next((name for name, (first, last) in phases.items() if first <= index <= last), "between phases")
 
 
 def allocations(run: Callable[[], object]) -> tuple[list[int], dict[str, tuple[int, int]]]:
@@ -92,14 +111,7 @@ def profile_step(setup: Setup) -> ProfiledStep:
     x, y = setup.model.batch(setup.batch)
 
     def step() -> None:
-        with record_function("forward"):
-            output = model(x)
-        with record_function("loss"):
-            loss = loss_fn(output, y)
-        with record_function("backward"):
-            loss.backward()
-        with record_function("optimizer step"):
-            optimizer.step()
+        phased_step(model, loss_fn, optimizer, x, y)
         optimizer.zero_grad()
 
     step()  # the optimizer's state exists from its first step on

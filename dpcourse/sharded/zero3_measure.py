@@ -20,7 +20,6 @@ import torch
 import torch.distributed as dist
 from torch import nn
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
-from torch.profiler import record_function
 
 from ..ddp.implementations.allreduce import ring_all_reduce
 from ..ddp.processes.by_source import SourceFunction
@@ -28,7 +27,7 @@ from ..ddp.processes.launcher import device
 from ..ddp.processes.traffic import counted
 from ..examples import regression_loss
 from ..memory.accounting import state_tensors, storage_bytes
-from ..memory.peak import allocations
+from ..memory.peak import allocations, phase_of, phased_step
 from . import ranks, zero3
 from .zero1 import shard_range
 
@@ -50,38 +49,24 @@ def bytes_per_step(numels: Sequence[int], world_size: int, reshard: bool = True,
     return sum(collectives * (world_size - 1) * math.ceil(numel / world_size) * element_size for numel in numels)
 
 
-def _step(forward: Callable, optimizer: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor,
-          after_backward: Callable[[], None]) -> None:
-    with record_function("forward"):
-        output = forward(x)
-    with record_function("loss"):
-        loss = regression_loss(output, y)
-    with record_function("backward"):
-        loss.backward()
-        after_backward()
-    with record_function("optimizer step"):
-        optimizer.step()
-
-
 def _train(forward: Callable, optimizer: torch.optim.Optimizer, held: Callable[[], list[torch.Tensor]],
            batches: list, after_backward: Callable[[], None] = lambda: None) -> dict:
     """All steps but the last as usual; the last one profiled and its bytes sent counted."""
     for x, y in batches[:-1]:
         optimizer.zero_grad()
-        _step(forward, optimizer, x, y, after_backward)
+        phased_step(forward, regression_loss, optimizer, x, y, after_backward)
     optimizer.zero_grad()
     x, y = batches[-1]
     start = storage_bytes([*held(), *state_tensors(optimizer), x, y])
     with counted() as traffic:
-        changes, phases = allocations(lambda: _step(forward, optimizer, x, y, after_backward))
+        changes, phases = allocations(lambda: phased_step(forward, regression_loss, optimizer, x, y, after_backward))
     return {"start": start, "allocated": list(itertools.accumulate(changes, initial=start))[1:], "phases": phases,
             "step_sent": traffic.sent}
 
 
 def peak_phase(run: dict) -> str:
     """The phase of the step (``memory.peak.PHASES``) in which ``run``'s allocations peaked."""
-    at = run["allocated"].index(max(run["allocated"]))
-    return next((name for name, (first, last) in run["phases"].items() if first <= at <= last), "between phases")
+    return phase_of(run["allocated"].index(max(run["allocated"])), run["phases"])
 
 
 def _ddp(model: nn.Module, batches: list, lr: float) -> dict:

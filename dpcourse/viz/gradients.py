@@ -77,7 +77,7 @@ def gradient_sum(
     per_replica = [grad[name].to(device) for grad in copies]  # each copy's gradient is on its replica's device
     (single,) = torch.autograd.grad(F.cross_entropy(model(x), y, reduction=reduction), [original])
     total = torch.stack(per_replica).sum(0)
-    diff = (total - single).abs().max().item()
+    diff = examples.max_difference(total, single)
     entries = _largest_entries(single)
 
     fig = new_figure(height=4.6)
@@ -136,7 +136,7 @@ def per_replica_mean_bias(batch: int = 7, n_devices: int = 2) -> Figure:
     losses = _forward(examples.LossInside(model), (x, y), n_devices).gathered
     (data_parallel,) = torch.autograd.grad(losses.mean(), [original])
     (single,) = torch.autograd.grad(F.cross_entropy(model(x), y), [original])
-    diff = (data_parallel - single).abs().max().item()
+    diff = examples.max_difference(data_parallel, single)
 
     fig = new_figure(height=4.4)
     left, right = fig.subplots(1, 2, width_ratios=[1, 1.3])

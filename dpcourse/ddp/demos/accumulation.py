@@ -20,7 +20,7 @@ import torch.distributed as dist
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
 from ...accumulation import RULES, weight
-from ...examples import flat_grad, make_model, regression_batch, regression_loss, single_device
+from ...examples import flat_grad, make_model, max_difference, regression_batch, regression_loss, single_device
 from ..per_rank import wrap
 from ..processes.launcher import device, launch
 
@@ -105,7 +105,7 @@ class Run:
     @property
     def max_diff_to_full_batch(self) -> float:
         # Compared on the rank's device: a rank's gradient came back from its process, the reference was computed here.
-        return max((g - self.full_batch.to(g.device)).abs().max().item() for g in self.grads)
+        return max(max_difference(g, self.full_batch.to(g.device)) for g in self.grads)
 
     def __str__(self) -> str:
         rows = f"({' + '.join(map(str, self.sizes))}) x {len(self.grads)} ranks = {self.global_batch} rows"

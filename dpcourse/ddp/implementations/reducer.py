@@ -27,7 +27,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from ...examples import flat_grad, make_model, regression_batch, regression_loss
+from ...examples import flat_grad, make_model, max_difference, regression_batch, regression_loss
 from ..per_rank import shard, wrap
 from ..processes.launcher import device, launch
 
@@ -120,7 +120,7 @@ class BucketCheck:
 
     @property
     def max_diff(self) -> float:
-        return max((a - b).abs().max().item() for a, b in zip(self.ddp, self.ours, strict=True))
+        return max_difference(self.ddp, self.ours)
 
     def __str__(self) -> str:
         layout = "\n".join(f"  bucket {i}: {names}, launched with {n} gradients still to come"

@@ -5,6 +5,7 @@ experiment, when it runs: importing it loads ``torch.distributed``, which ``impo
 before 10 should not pay for. Each looks its program up on ``zero1`` when it runs, so a test can plant another.
 """
 
+from ...examples import max_difference
 from ..outcome import Outcome, only_true
 
 
@@ -61,7 +62,7 @@ def sum_instead_of_mean() -> Outcome:
     lr = 1e-2
     summed = ranks.train_on_ranks(zero1.zero1_program, 4, lr=lr, extra={"average": False})
     expected = ranks.one_device(lr=lr)
-    gap = max((got - want).abs().max().item() for got, want in zip(summed[0]["parameters"], expected, strict=True))
+    gap = max_difference(summed[0]["parameters"], expected)
     text = (f"largest weight difference from one-device Adam after 3 steps: {gap:.3g}\n"
             f"Adam moves a weight by about lr = {lr:g} per step: the difference is {gap / lr:.2g} of one step")
     value = only_true({

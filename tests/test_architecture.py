@@ -94,3 +94,40 @@ def test_no_test_module_imports_another():
             wrong += [f"{path.relative_to(tests)} imports {name}" for name in names
                       if name.rsplit(".", 1)[-1].startswith("test_")]
     assert not wrong, wrong
+
+
+def private_torch_uses(source: str) -> list[str]:
+    """Every ``torch._x`` (attribute, however deep) and ``from torch._x import`` in ``source``; dunders are public."""
+    def private(name: str) -> bool:
+        return name.startswith("_") and not name.endswith("__")
+
+    uses = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("torch"):
+            if any(private(part) for part in node.module.split(".")):
+                uses.append(f"line {node.lineno}: from {node.module} import ...")
+        if isinstance(node, ast.Import):
+            uses += [f"line {node.lineno}: import {alias.name}" for alias in node.names
+                     if alias.name.startswith("torch") and any(private(p) for p in alias.name.split("."))]
+        if isinstance(node, ast.Attribute) and private(node.attr):
+            chain, inner = [node.attr], node.value
+            while isinstance(inner, ast.Attribute):
+                chain.append(inner.attr)
+                inner = inner.value
+            if isinstance(inner, ast.Name) and inner.id == "torch":
+                uses.append(f"line {node.lineno}: torch.{'.'.join(reversed(chain))}")
+    return sorted(uses, key=lambda use: int(use.split(":")[0].removeprefix("line ")))
+
+
+def test_private_torch_uses_finds_an_attribute_an_import_and_a_deep_chain():
+    source = ("import torch\nimport torch._dynamo\nfrom torch._utils import _take_tensors\n"
+              "torch._amp_update_scale_(1)\ntorch.nn.modules.module._global_module_registration_hooks\n"
+              "torch.__version__\ntorch.nn.Module\n")
+    assert [use.split(":")[0] for use in private_torch_uses(source)] == ["line 2", "line 3", "line 4", "line 5"]
+
+
+def test_no_module_of_the_package_uses_private_torch_api():
+    # Learners read this code next to torch's: only what torch documents (comments and docstrings may name the rest).
+    wrong = {str(path.relative_to(ROOT)): uses for path in sorted((ROOT / "dpcourse").rglob("*.py"))
+             if (uses := private_torch_uses(path.read_text()))}
+    assert not wrong, wrong

@@ -2,6 +2,7 @@
 
 import threading
 from collections.abc import Callable
+from types import SimpleNamespace
 
 import torch
 
@@ -62,10 +63,20 @@ IN_THREAD_WITH_AUTOCAST = Exercise(
 
 
 def _next_scale(scale: float, found_inf: bool, good_steps: int, growth_interval: int) -> tuple[float, int]:
-    """The oracle: the kernel ``GradScaler.update`` calls, ``torch._amp_update_scale_``, with torch's defaults."""
-    scale_t, tracker = torch.tensor([scale]), torch.tensor([good_steps], dtype=torch.int32)
-    torch._amp_update_scale_(scale_t, tracker, torch.tensor([float(found_inf)]), 2.0, 0.5, growth_interval)
-    return scale_t.item(), int(tracker.item())
+    """The oracle: a real ``torch.amp.GradScaler`` with torch's defaults, put in the case's state, then updated.
+
+    One weight whose gradient is inf (or 1.0) stands in for the model; ``unscale_`` needs only an object with
+    ``param_groups``, so no ``torch.optim`` optimizer is built (that would import ``torch._dynamo``: about 2 s).
+    """
+    scaler = torch.amp.GradScaler("cpu")
+    scaler.load_state_dict({"scale": scale, "growth_factor": 2.0, "backoff_factor": 0.5,
+                            "growth_interval": growth_interval, "_growth_tracker": good_steps})
+    weight = torch.zeros(1, requires_grad=True)
+    weight.grad = torch.tensor([float("inf") if found_inf else 1.0])
+    scaler.scale(torch.zeros(()))
+    scaler.unscale_(SimpleNamespace(param_groups=[{"params": [weight]}]))
+    scaler.update()
+    return scaler.get_scale(), int(scaler.state_dict()["_growth_tracker"])
 
 
 def _scale_judge(case: Case, answer) -> str | None:

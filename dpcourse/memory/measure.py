@@ -79,14 +79,14 @@ class CountingDataParallel(DataParallel):
                                   for t, p in zip(tensors, module.parameters(), strict=True))), None)
         self.saved = [SavedTensors(exclude=tensors) for tensors in copies]
         alive = [weakref.ref(t) for tensors in copies[1:] for t in tensors]  # weak: counting must not keep them
-        storages = [{t.untyped_storage()._weak_ref() for t in tensors} for tensors in copies[1:]]  # weak too
+        storages = [_weak_storages(tensors) for tensors in copies[1:]]
         computed, self.together = [0] * len(storages), [0] * len(storages)
         self.copy_storages = len({t.untyped_storage().data_ptr() for t in copies[-1]})
         n, count = len(names), len(replicas)  # the hooks below must not hold the replicas themselves
 
         def backward_starts(j: int, layer_bytes: int) -> Callable[[torch.Tensor], None]:
             def hook(grad: torch.Tensor) -> None:  # every later layer of replica j has its gradients now
-                if not all(torch.UntypedStorage._expired(ref) for ref in storages[j]):
+                if any(ref() is not None for ref in storages[j]):
                     self.together[j] = max(self.together[j], computed[j])
                 computed[j] += layer_bytes
             return hook
@@ -94,7 +94,7 @@ class CountingDataParallel(DataParallel):
         def arrived(grad_outputs: Sequence[torch.Tensor | None]) -> None:
             self.gradients = [storage_bytes(grad_outputs[j * n : (j + 1) * n]) for j in range(count)]
             self.copies_alive = sum(ref() is not None for ref in alive)
-            self.storage_alive = sum(not torch.UntypedStorage._expired(ref) for refs in storages for ref in refs)
+            self.storage_alive = sum(ref() is not None for refs in storages for ref in refs)
 
         # A replica's parameters are plain tensors (lesson 03): read each layer's size from the original module.
         # Its hook dicts are the original's (a shallow copy), so ``parallel_apply`` watches it with a global hook.
@@ -120,6 +120,12 @@ class CountingDataParallel(DataParallel):
             return super().parallel_apply(counted, inputs, kwargs)
         finally:
             handle.remove()
+
+
+def _weak_storages(tensors: Sequence[torch.Tensor]) -> list[weakref.ref]:
+    """One weak reference per distinct storage under ``tensors``: counting what is alive must not keep it alive."""
+    storages = {id(storage): storage for storage in (t.untyped_storage() for t in tensors)}
+    return [weakref.ref(storage) for storage in storages.values()]
 
 
 def _kept_by_loss(output: torch.Tensor, target: torch.Tensor, parameters: list[torch.Tensor]):

@@ -156,3 +156,11 @@ def test_loss_inside_returns_one_mean_loss_per_replica_chunk():
         chunk_means = dpcourse.DataParallel(examples.LossInside(model), devices=dpcourse.devices(2))(x, y)
     expected = [examples.loss_fn(model(x[:4]), y[:4]), examples.loss_fn(model(x[4:]), y[4:])]
     assert torch.allclose(chunk_means, torch.stack(expected))
+
+
+
+def test_gap_prints_float_rounding_as_a_bound_and_the_rest_to_two_digits():
+    # 0.0, 3e-08 and 6e-08 are one step on three CPUs: they must read the same.
+    assert {examples.gap(d) for d in (0.0, 3e-08, 6e-08)} == {"below 1e-6"}
+    assert examples.gap(0.0312) == "0.031" and examples.gap(2e-6) == "2e-06"
+    assert examples.gap(3e-6, rounding=1e-5) == "below 1e-5"

@@ -60,11 +60,14 @@ def test_the_quiz_never_names_torchs_parallel_package():
         assert forbidden not in path.read_text(encoding="utf-8"), f"{path.name} mentions {forbidden}"
 
 
-def test_experiments_are_repeatable():
-    # How long each takes is the benchmark's business (`python -m tests.benchmarks --only course`), not a test's.
-    for name, experiment in EXPERIMENTS.items():
-        first, second = experiment().value, experiment().value
-        assert first == second, f"{name} is not deterministic: {first!r} then {second!r}"
+@pytest.mark.parametrize("name", sorted(EXPERIMENTS))
+def test_experiment_is_repeatable(name):
+    # One test per experiment, so that `build.py --check NN` runs its lesson's (tests/conftest.py marks each with
+    # the lesson that owns the experiment). How long each takes is the benchmark's business
+    # (`python -m tests.benchmarks --only course`), not a test's.
+    experiment = EXPERIMENTS[name]
+    first, second = experiment().value, experiment().value
+    assert first == second, f"{name} is not deterministic: {first!r} then {second!r}"
 
 
 def test_choice_questions_have_three_options_and_keyed_answers_spread_over_positions():

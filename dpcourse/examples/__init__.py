@@ -24,8 +24,10 @@ from .data import loss_fn, make_batch, regression_batch, regression_loss
 from .demo_modules import BufferCountingNet, ChunkMean, CountingNet, LossInside
 from .model import CLASSES, FEATURES, HIDDEN, MLP, make_model, mlp, running_example
 from .oracle import (
+    FLOAT_ROUNDING,
     flat_grad,
     flat_weights,
+    gap,
     max_difference,
     max_grad_difference,
     max_weight_difference,
@@ -38,6 +40,7 @@ from .seeded import seeded_module, seeded_randn
 
 __all__ = [
     "CLASSES",
+    "FLOAT_ROUNDING",
     "BufferCountingNet",
     "ChunkMean",
     "CountingNet",
@@ -47,6 +50,7 @@ __all__ = [
     "MLP",
     "flat_grad",
     "flat_weights",
+    "gap",
     "loss_fn",
     "make_batch",
     "make_model",

@@ -38,6 +38,23 @@ def max_difference(a: Tensors, b: Tensors) -> float:
         return max((x - y).abs().max().item() for x, y in zip(a, b, strict=True))
 
 
+FLOAT_ROUNDING = 1e-6
+
+
+def gap(difference: float, rounding: float = FLOAT_ROUNDING) -> str:
+    """``difference`` as text that every CPU prints the same: ``"below 1e-6"`` where it is float rounding, else
+    its value to 2 significant digits (``"0.031"``).
+
+    Sums taken in another order differ in their last bits, and the order a CPU takes depends on its vector
+    instructions (AVX-512, AVX2, NEON) and its thread count: the same step gives 3e-08 on one machine, 6e-08 or
+    exactly 0 on another. What a lesson means is the bound, so the bound is what it prints.
+    """
+    if difference < rounding:
+        mantissa, exponent = f"{rounding:.0e}".split("e")
+        return f"below {mantissa}e{int(exponent)}"
+    return f"{difference:.2g}"
+
+
 def max_grad_difference(a: nn.Module, b: nn.Module) -> float:
     """``max_difference`` of the two models' parameter gradients, ``.grad``, in ``parameters()`` order."""
     return max_difference([p.grad for p in a.parameters()], [p.grad for p in b.parameters()])

@@ -149,7 +149,7 @@ def per_replica_mean_bias(batch: int = 7, n_devices: int = 2) -> Figure:
     left.legend(loc="upper left", fontsize=8)
     left.set_title("measured per-sample weights", fontsize=10)
     _compare_bars(right, name, data_parallel, single)
-    right.set_title(f"gradient of {name}: max |diff| = {diff:.1e}", fontsize=10)
+    right.set_title(f"gradient of {name}: max |diff| {examples.gap(diff)}", fontsize=10)
     handles = device_handles([plural(b, "row") for b in chunks])
     handles += [Patch(color=COMBINED_COLOR, label="mean of chunk means"), Patch(label="single device", **REFERENCE)]
     legend_below(fig, handles)

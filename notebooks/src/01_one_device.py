@@ -47,7 +47,7 @@ print("grad of the first weight, first row:", [round(v, 4) for v in oracle[0].we
 # %%
 parallel = dpcourse.DataParallel(model, devices=devices)  # model is on devices[0], as torch requires
 examples.loss_fn(parallel(x), y).backward()
-print(f"max |grad difference| vs the oracle: {examples.max_grad_difference(model, oracle):.1e}")
+print(f"max |grad difference| vs the oracle: {examples.gap(examples.max_grad_difference(model, oracle))}")
 
 # %% [markdown]
 # ## Which devices do you have?
@@ -155,8 +155,10 @@ print("exercise 1: matches the oracle")
 devices = dpcourse.devices(2)
 model = examples.make_model().to(devices[0])
 oracle = examples.twin(model)
-examples.train(dpcourse.DataParallel(model, devices=devices), steps=5)
-examples.train(oracle, steps=5)
+parallel_losses = examples.train(dpcourse.DataParallel(model, devices=devices), steps=5)
+oracle_losses = examples.train(oracle, steps=5)
+print("losses, DataParallel:", [round(loss, 4) for loss in parallel_losses])
+print("losses, one device:  ", [round(loss, 4) for loss in oracle_losses])
 
 # %%
 assert examples.max_weight_difference(model, oracle) < 1e-5

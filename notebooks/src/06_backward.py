@@ -129,10 +129,10 @@ with quiz.reveal("06-mean-loss-matches"):
         examples.loss_fn(dpcourse.DataParallel(model, devices=devices)(xb), yb).backward()
         sizes = [len(chunk) for chunk in dpcourse.scatter(xb, devices)]
         print(f"batch {batch:2d}, chunks {sizes}: max |grad difference| vs the oracle = "
-              f"{examples.max_grad_difference(model, oracle):.0e}")
+              f"{examples.gap(examples.max_grad_difference(model, oracle))}")
 
 # %% [markdown]
-# Differences of 1e-8 are float rounding: the sums are added in another order. The summed gradient is the
+# Differences below 1e-6 are float rounding: the sums are added in another order. The summed gradient is the
 # one-device gradient, whatever the chunk sizes. Why: split the batch into chunks $C_1 \dots C_N$ of sizes
 # $b_j$ (with $\sum_j b_j = B$); replica j computes with its copy $W_j$ of the weight $W$.
 # - $W$ is used N times, once per copy, so
@@ -161,7 +161,7 @@ xb, yb = examples.make_batch(12, device=devices[0])
 examples.loss_fn(oracle(xb), yb).backward()
 examples.loss_fn(dpcourse.DataParallel(model, devices=dpcourse.devices(3))(xb), yb).backward()
 difference = examples.max_grad_difference(model, oracle)
-print(f"with BatchNorm, 12 rows on 3 devices: max |grad difference| = {difference:.1e}")
+print(f"with BatchNorm, 12 rows on 3 devices: max |grad difference| = {examples.gap(difference)}")
 
 # %% [markdown]
 # So "the weights update exactly as if trained on the full batch" holds for a batch-mean loss on the gathered
@@ -185,7 +185,7 @@ losses = dpcourse.DataParallel(LossInside(model), devices=dpcourse.devices(2))(x
 losses.mean().backward()
 examples.loss_fn(oracle(x7), y7).backward()
 print("gathered losses:", list(losses.shape), "| max |grad difference| vs the oracle, over all parameters:",
-      f"{examples.max_grad_difference(model, oracle):.1e}")
+      f"{examples.gap(examples.max_grad_difference(model, oracle))}")
 
 # %% [markdown]
 # The gradient is off by far more than rounding. To see why, ask how much each sample's loss weighs in the
@@ -265,7 +265,7 @@ for fix in (PerSampleLosses, SumAndCount):
     loss.backward()
     examples.loss_fn(oracle(x7), y7).backward()
     print(f"{fix.__name__:15}, 7 rows on 2 devices: max |grad difference| = "
-          f"{examples.max_grad_difference(model, oracle):.0e}")
+          f"{examples.gap(examples.max_grad_difference(model, oracle))}")
 
 # %% [markdown]
 # ## Double backward
@@ -290,7 +290,7 @@ loss.backward()
 penalised_loss(oracle)[0].backward()
 print("the first gradient came out of:", type(grads[0].grad_fn).__name__)
 difference = examples.max_grad_difference(model, oracle)
-print(f"after the penalty's backward: max |grad difference| vs the oracle = {difference:.0e}")
+print(f"after the penalty's backward: max |grad difference| vs the oracle = {examples.gap(difference)}")
 
 # %% [markdown]
 # ## Write it yourself

@@ -40,7 +40,7 @@ dp_losses = examples.train(dp, steps=20)
 oracle_losses = examples.train(oracle, steps=20)
 print("DataParallel, loss every 5th step:", [round(v, 4) for v in dp_losses[::5]])
 print("oracle,       loss every 5th step:", [round(v, 4) for v in oracle_losses[::5]])
-print(f"after 20 steps: max |weight difference| = {examples.max_weight_difference(model, oracle):.0e}")
+print(f"after 20 steps: max |weight difference| = {examples.gap(examples.max_weight_difference(model, oracle))}")
 
 # %% [markdown]
 # The two runs stay together to float rounding (the last line prints the largest difference), momentum and
@@ -232,7 +232,7 @@ with dpcourse.trace() as t:
     examples.loss_fn(dpcourse.DataParallel(model, devices=dpcourse.devices(4))(x), y).backward()
 examples.loss_fn(oracle(x), y).backward()
 print("rows per replica:", [span.shapes[0][0] for span in sorted(t.steps("forward"), key=lambda s: s.replica)])
-print(f"max |grad difference| vs the oracle: {examples.max_grad_difference(model, oracle):.0e}")
+print(f"max |grad difference| vs the oracle: {examples.gap(examples.max_grad_difference(model, oracle))}")
 
 # %% [markdown]
 # Replica 3 does a third of the others' work, and `parallel_apply` waits for every replica (lesson 04), so the

@@ -152,7 +152,7 @@ with quiz.reveal("10-unequal-shards"):
 # %%
 for step, difference in enumerate(training.max_diff_to_single_device()):
     losses = [round(record["losses"][step], 4) for record in training.ranks]
-    print(f"step {step + 1}: local losses {losses}, max |w_rank - w_single_device| over both ranks {difference:.1e}")
+    print(f"step {step + 1}: local losses {losses}, max |w_rank - w_single_device| over both ranks {examples.gap(difference)}")
 print("weights equal single-device training:", training.matches_single_device())
 
 # %% [markdown]

@@ -76,7 +76,7 @@ with quiz.reveal("14-divide-by-steps"):
         accumulation.accumulate(model, x, y, micro_batch=8, rule=rule)
         examples.loss_fn(oracle(x), y).backward()
         ratio = (model[2].bias.grad @ oracle[2].bias.grad) / (oracle[2].bias.grad @ oracle[2].bias.grad)
-        print(f"loss x {rule:<5}: max |g - g_one_device| {examples.max_grad_difference(model, oracle):.1e}, "
+        print(f"loss x {rule:<5}: max |g - g_one_device| {examples.gap(examples.max_grad_difference(model, oracle))}, "
               f"last bias gradient = {ratio:.4f} x one device's")
 
 # %% [markdown]
@@ -99,7 +99,7 @@ dp = dpcourse.DataParallel(model, devices=devices)
 sizes = accumulation.accumulate(dp, x, y, micro_batch=8, rule="1/K")
 examples.loss_fn(oracle(x), y).backward()
 print(f"micro-batches {sizes} on 2 devices: 4 x {len(sizes)} x 2 = {4 * len(sizes) * 2} rows; "
-      f"max |g - g_one_device| {examples.max_grad_difference(model, oracle):.1e}")
+      f"max |g - g_one_device| {examples.gap(examples.max_grad_difference(model, oracle))}")
 
 # %% [markdown]
 # Equal to one device's gradient. What does each micro-step cost in communication?
@@ -177,7 +177,7 @@ with quiz.reveal("14-no-sync-allreduces", "14-forward-outside"):
     every, no_sync, forward_outside = schedules.runs[:3]
     for run in (every, no_sync, forward_outside):
         print(run)
-    print(f"max |g_no_sync - g_every_micro_step| {(no_sync.grads[0] - every.grads[0]).abs().max():.1e}")
+    print(f"max |g_no_sync - g_every_micro_step| {examples.gap((no_sync.grads[0] - every.grads[0]).abs().max().item())}")
 
 # %% [markdown]
 # - **Without `no_sync()`** every micro-step all-reduces: 3 all-reduces for one optimizer step.
@@ -254,7 +254,7 @@ x10, y10 = examples.make_batch(10, device=devices[0])
 for per_replica_mean in (False, True):
     loss = "the mean of the replicas' mean losses" if per_replica_mean else "the loss on the gathered output"
     for rule in ("1/K", "b_k/B"):
-        print(f"{loss:<38} x {rule:<5}: max |g - g_one_device| {error_against_one_device(rule, per_replica_mean):.1e}")
+        print(f"{loss:<38} x {rule:<5}: max |g - g_one_device| {examples.gap(error_against_one_device(rule, per_replica_mean))}")
 
 # %% [markdown]
 # Only the loss on the gathered output weighted by b_k / B matches. The mean of the replicas' means stays

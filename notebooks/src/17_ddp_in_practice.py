@@ -29,7 +29,7 @@ import torch
 from IPython.display import display
 from torch.utils.data import DistributedSampler, RandomSampler
 
-from dpcourse import exercises, quiz, viz
+from dpcourse import examples, exercises, quiz, viz
 from dpcourse.ddp.demos import batchnorm, checkpoint, sampling, uneven, unused
 from dpcourse.ddp.implementations import syncbn
 from dpcourse.ddp.processes import torchrun
@@ -428,7 +428,7 @@ with tempfile.TemporaryDirectory(prefix="dpcourse-scripts-") as scripts_folder:
     # map_location: on a GPU machine the DataParallel script saved from cuda:0, the DDP ranks may have run on the CPU
     dp_weights, ddp_weights = (torch.load(folder / name, map_location="cpu") for name in ("dp.pt", "ddp.pt"))
 print(f"\nmax |w_DDP - w_DataParallel| over all weights: "
-      f"{max((ddp_weights[k] - dp_weights[k]).abs().max().item() for k in dp_weights):.1e}")
+      f"{examples.gap(max((ddp_weights[k] - dp_weights[k]).abs().max().item() for k in dp_weights))}")
 
 # %% [markdown]
 # The two runs printed the same losses, and their weights agree to float rounding: the conversion changed

@@ -88,13 +88,15 @@ with quiz.reveal("20-after-forward"):
 #
 # Adam then updates each rank's slices (`dpcourse/sharded/zero3.py`: `Layer`, `Zero3`, `program`). Is the
 # result still right? Every way's weights after 3 steps, on every rank, against one device training on the
-# whole batch with Adam (`ranks.one_device`, lesson 18's oracle), within a relative 1e-5:
+# whole batch with Adam (`ranks.one_device`, lesson 18's oracle), within 1e-5 (the weights are about 0.1). Adam
+# divides each gradient by its own running size, so float rounding in a gradient near zero grows to a few 1e-6 in
+# the weights: measured, 2.4e-6 with AVX2 instructions, 2.7e-7 with AVX-512, on the same machine.
 
 # %%
 oracle = ranks.one_device(widths=zero3_measure.WIDE)
 for way in zero3_measure.WAYS:
     per_rank = [{"parameters": rank["ways"][way]["parameters"]} for rank in measured]
-    print(f"{way:<20} {ranks.first_difference(per_rank, oracle, widths=zero3_measure.WIDE) or 'same as one device'}")
+    print(f"{way:<20} {ranks.first_difference(per_rank, oracle, widths=zero3_measure.WIDE, atol=1e-5) or 'same as one device'}")
 
 # %% [markdown]
 # ## Bytes on the wire

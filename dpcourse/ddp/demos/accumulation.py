@@ -20,7 +20,7 @@ import torch.distributed as dist
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
 from ...accumulation import RULES, weight
-from ...examples import flat_grad, make_model, max_difference, regression_batch, regression_loss, single_device
+from ...examples import flat_grad, gap, make_model, max_difference, regression_batch, regression_loss, single_device
 from ..per_rank import wrap
 from ..processes.launcher import device, launch
 
@@ -112,7 +112,7 @@ class Run:
         same = all(counts == self.allreduces[0] for counts in self.allreduces)
         counts = f"{self.allreduces[0]} on every rank" if same else f"{self.allreduces} by rank"
         return (f"{self.schedule:<25} {rows}, loss x {self.rule:<5}: all-reduces per micro-step {counts}; "
-                f"max |g - g_one_device| {self.max_diff_to_full_batch:.1e}")
+                f"max |g - g_one_device| {gap(self.max_diff_to_full_batch)}")
 
 
 @dataclasses.dataclass

@@ -14,7 +14,7 @@ from torch import nn
 
 from dpcourse import examples
 
-from ...examples import flat_weights, max_difference, regression_batch, regression_loss
+from ...examples import flat_weights, gap, max_difference, regression_batch, regression_loss
 from ..implementations.syncbn import SyncBatchNorm1d, global_stats
 from ..per_rank import wrap
 from ..processes.launcher import device, launch
@@ -90,7 +90,7 @@ class BatchNormStep:
             lines += [row(f"{kind}, rank {i}", r[kind]["running_mean"]) for i, r in enumerate(self.ranks)]
         lines.append("max |difference from one device with the whole batch| per rank:")
         for kind in KINDS:
-            numbers = ", ".join(f"{what} {[f'{d:.1e}' for d in self.diff(kind, what)]}"
+            numbers = ", ".join(f"{what} {[gap(d) for d in self.diff(kind, what)]}"
                                 for what in ("running_mean", "running_var", "output", "weights"))
             lines.append(f"  {kind}: {numbers}")
         lines.append(f"torch's nn.SyncBatchNorm on the CPU: {self.ranks[0]['torch SyncBatchNorm']}")

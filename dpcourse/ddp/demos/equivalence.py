@@ -18,6 +18,7 @@ import torch.distributed as dist
 from ...examples import (
     flat_grad,
     flat_weights,
+    gap,
     make_model,
     max_difference,
     regression_batch,
@@ -75,8 +76,8 @@ class Gradients:
         lines += [_row("sum of ranks", self.sum_of_local[-4:]), _row("mean of ranks", self.mean_of_local[-4:])]
         lines += [_row("DDP, on rank 0", self.synced[0][-4:]), _row("single device, full batch", self.full_batch[-4:])]
         lines.append(_row("mean weighted by shard size", self.size_weighted_mean[-4:]))
-        lines.append(f"DDP = mean of ranks: max |diff| {max_difference(self.synced[0], self.mean_of_local):.2e}")
-        lines.append(f"DDP = full batch:    max |diff| {max_difference(self.synced[0], self.full_batch):.2e}")
+        lines.append(f"DDP = mean of ranks: max |diff| {gap(max_difference(self.synced[0], self.mean_of_local))}")
+        lines.append(f"DDP = full batch:    max |diff| {gap(max_difference(self.synced[0], self.full_batch))}")
         return "\n".join(lines)
 
 

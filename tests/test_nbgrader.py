@@ -16,13 +16,14 @@ LESSONS = ("02_scatter", "12_capstone")
 WRONG_CHUNK_SIZES = "    return [batch // n] * n  # plausible, wrong: drops the remainder\n"
 
 
-def _nbgrader(root: Path, *args: str) -> None:
+def _nbgrader(root: Path, *args: str) -> str:
     # As an instructor runs it: nbgrader's alembic on PATH, and no placement check (tests/ipython) in its kernels.
     environment = {name: value for name, value in os.environ.items() if name != "IPYTHONDIR"}
     environment["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"
     done = subprocess.run([sys.executable, "-m", "nbgrader", *args, f"--CourseDirectory.root={root}"],
                           cwd=root, env=environment, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return done.stdout + done.stderr
 
 
 def _write_wrong_chunk_sizes(path: Path) -> None:
@@ -49,7 +50,9 @@ def test_nbgrader_releases_and_autogrades_the_lessons_with_no_extra_flags(tmp_pa
     for learner, origin in (("right", source), ("wrong", released)):
         shutil.copytree(origin, tmp_path / "submitted" / learner / "dp")
     _write_wrong_chunk_sizes(tmp_path / "submitted" / "wrong" / "dp" / "02_scatter.ipynb")
-    _nbgrader(tmp_path, "autograde", "dp")
+    log = _nbgrader(tmp_path, "autograde", "dp")
+    # A passing check leaves its cell no result, which nbgrader would read as partial credit and warn about.
+    assert "partial credit" not in log, log[-3000:]
 
     with Gradebook(f"sqlite:///{tmp_path / 'gradebook.db'}") as gradebook:
         right, wrong = (gradebook.find_submission("dp", learner) for learner in ("right", "wrong"))
@@ -57,3 +60,10 @@ def test_nbgrader_releases_and_autogrades_the_lessons_with_no_extra_flags(tmp_pa
         assert wrong.score == 0
         chunk_sizes = gradebook.find_grade("check-chunk_sizes", "02_scatter", "dp", "wrong")
         assert chunk_sizes.max_score == 1 and chunk_sizes.score == 0
+
+    # The wrong submission's feedback says which case failed, how, and the hint: the whole report.
+    graded = nbformat.read(tmp_path / "autograded" / "wrong" / "dp" / "02_scatter.ipynb", as_version=4)
+    (check,) = [c for c in graded.cells if c.source.startswith('exercises.check("chunk_sizes"')]
+    (error,) = [o for o in check.outputs if o.output_type == "error"]
+    assert error.ename == "AssertionError" and "chunk_sizes: " in error.evalue
+    assert "case 1 (" in error.evalue and ": failed\n" in error.evalue and "hint: " in error.evalue

@@ -3,6 +3,7 @@
 mistakes, and the shard figure's layout."""
 
 import ast
+import functools
 import linecache
 import math
 import re
@@ -206,7 +207,21 @@ def _size_of(numel, rank, world_size):
     return stop - start
 
 
-DIFFERS = "differs from one-device Adam"
+def _taking_optimizer_class(program):
+    """``program(model, batches, lr)``, which builds ``torch.optim.Adam``, as the exercise's ``zero1_training(model,
+    batches, lr, optimizer_class)``: in the rank, ``torch.optim.Adam`` names the class the check passes (it runs
+    each answer under Adam and under SGD). ``program`` travels pickled: a module's function, or a partial of one."""
+    def zero1_training(model, batches, lr, optimizer_class):
+        adam, torch.optim.Adam = torch.optim.Adam, optimizer_class
+        try:
+            return program(model, batches, lr)
+        finally:
+            torch.optim.Adam = adam
+
+    return zero1_training
+
+
+DIFFERS = "differs from one-device"  # Adam or SGD
 MISTAKES = {
     "shard_range": {
         "floor division, the rest on the last rank": (_floor_rest_on_last, "every shard holds ceil("),
@@ -221,10 +236,14 @@ MISTAKES = {
         "DDP's state, the whole vector on every rank": (lambda numel, rank, n: 8 * numel + 4, "expected"),
     },
     "zero1_training": {
-        "Adam over every parameter on every rank, as DDP": (programs.ddp_training, "Give its Adam only"),
-        "no all-gather: the other shards never arrive": (programs.zero1_without(all_gather=False), DIFFERS),
-        "no all-reduce: each rank steps with its own gradient": (programs.zero1_without(all_reduce=False), DIFFERS),
-        "array_split shards gathered as ceil-sized ones": (programs.zero1_without(split="array_split"), DIFFERS),
+        "Adam over every parameter on every rank, as DDP": (_taking_optimizer_class(programs.ddp_training),
+                                                             "Give its Adam only"),
+        "no all-gather: the other shards never arrive": (
+            _taking_optimizer_class(functools.partial(programs.zero1, all_gather=False)), DIFFERS),
+        "no all-reduce: each rank steps with its own gradient": (
+            _taking_optimizer_class(functools.partial(programs.zero1, all_reduce=False)), DIFFERS),
+        "array_split shards gathered as ceil-sized ones": (
+            _taking_optimizer_class(functools.partial(programs.zero1, split="array_split")), DIFFERS),
     },
 }
 

@@ -16,7 +16,8 @@ exercise                    what the learner's code must do
 ``capstone_data_parallel``  all of it: outputs, gradients, BatchNorm statistics and rows per replica equal
                             to ``dpcourse.DataParallel``'s
 ``capstone_zero1``          Part III, after lesson 18: a whole ZeRO-1 training step on real ranks (all-reduce,
-                            Adam on this rank's shard, all-gather), the same weights as one-device Adam
+                            the optimizer on this rank's shard, all-gather), the same weights as one-device
+                            Adam's and SGD's
 ==========================  =============================================================================
 """
 
@@ -296,7 +297,7 @@ from .lesson18 import SLOW, same_weights_and_sharded_state, train_each_case  # n
 def _zero1_cases() -> list[Case]:
     settings = [(2, 4, 5e-3, 1, "flatten, all-reduce and average the gradients, as DDP would"),
                 (3, 3, 2e-2, 2, "173 numbers on 3 ranks: shards of 58, 58 and 57; pad the last for the all-gather"),
-                (4, 5, 1e-2, 3, "each rank's Adam is built once, over its own shard, and steps it every step")]
+                (4, 5, 1e-2, 3, "each rank's optimizer is built once, over its own shard, and steps it every step")]
     return [Case(f"{n} ranks, {steps} steps, lr {lr:g}, seed {seed}", (n,), hint,
                  {"training": {"steps": steps, "lr": lr, "seed": seed, "widths": (8, 13, 4)}})
             for n, steps, lr, seed, hint in settings]
@@ -304,8 +305,9 @@ def _zero1_cases() -> list[Case]:
 
 CAPSTONE_ZERO1 = Exercise(
     "capstone_zero1",
-    "Write zero1(model, batches, lr), run on every rank: ZeRO-1 training with torch.optim.Adam and F.mse_loss, "
-    "each rank's Adam over its own shard of the flat parameters; return the final full parameters.",
+    "Write zero1(model, batches, lr, optimizer_class), run on every rank: ZeRO-1 training with F.mse_loss, each "
+    "rank's optimizer_class([shard], lr=lr) over its own shard of the flat parameters (the check passes "
+    "torch.optim.Adam, then torch.optim.SGD); return the final full parameters.",
     _zero1_cases,
     same_weights_and_sharded_state,
     train_each_case,

@@ -3,18 +3,24 @@
     report = exercises.check("chunk_sizes", chunk_sizes)
 
 A check never raises and never shows a traceback: a case that raises is a failed case, with the exception's
-type, its first line and the learner's own line that raised it. (Under nbgrader's autograder a check that did
-not pass raises, so that its cell scores 0: see ``_graded``.) If the learner has not written the function yet
-(it still raises the stub's ``NotImplementedError``), the report says "not attempted yet" and nothing fails,
-so "Run All" on an untouched student notebook completes.
+type, its first line and the learner's own line that raised it; a case that runs over its time limit (a loop
+that never ends) is a failed case too. (Under nbgrader's autograder a check that did not pass raises, so that
+its cell scores 0: see ``_graded``.) If the learner has not written the function yet (it still raises the
+stub's ``NotImplementedError``), the report says "not attempted yet" and nothing fails, so "Run All" on an
+untouched student notebook completes.
 """
 
+import contextlib
+import copy
 import dataclasses
 import html
 import math
 import os
+import signal
 import site
 import sysconfig
+import threading
+import time
 import traceback
 from collections.abc import Callable
 from pathlib import Path
@@ -50,6 +56,8 @@ class Exercise:
     a grad mode, once per chunk); its result is the answer the judge sees. ``generated`` makes more cases (an
     exhaustive grid, or hypothesis with a fixed seed) that a plausible wrong answer cannot pass by luck. ``slow``
     says what a check that takes seconds is doing and how long it may take: printed before each case starts.
+    ``time_limit`` is how many seconds one case (the learner's call and its judging) may take before it fails
+    as "ran over its time limit": the default is three times the slowest right answer on ranks (about 20 s).
     """
 
     name: str
@@ -59,6 +67,7 @@ class Exercise:
     call: Callable[[Callable, Case], Any] | None = None
     generated: Callable[[], list[Case]] | None = None
     slow: str = ""
+    time_limit: float = 60.0
 
 
 @dataclasses.dataclass
@@ -107,6 +116,22 @@ class Report:
         return f"{passed} of {len(self.outcomes)} cases passed" + (" ✓" if self.status == PASSED else "")
 
 
+class GradedReport(Report):
+    """What a passing check returns under nbgrader: it shows itself as display data and leaves the cell no
+    result.
+
+    nbgrader 0.9's autograder (``nbgrader.utils.determine_grade``) reads a test cell's result as partial credit:
+    a number from 0 to the cell's points, and it logs a warning for anything else, such as a report. A cell
+    with no result and no error gets all its points, whatever points the instructor gave it; a number could not
+    know them. The learner still sees the same table in the feedback.
+    """
+
+    def _ipython_display_(self) -> None:
+        from IPython.display import display  # IPython is there whenever this is called: it calls it
+
+        display({"text/html": self._repr_html_(), "text/plain": repr(self)}, raw=True)
+
+
 def _html_row(number: int, outcome: CaseResult) -> str:
     details = html.escape(outcome.detail)
     if outcome.detail and outcome.case.hint:
@@ -134,7 +159,19 @@ def run(exercise: Exercise, function: Callable) -> Report:
 
 
 def _judged(exercise: Exercise, function: Callable, case: Case) -> CaseResult:
-    """One case: the learner's answer judged, or the exception it raised (``NotImplementedError`` goes through)."""
+    """One case: the learner's answer judged, or the exception it raised (``NotImplementedError`` goes through),
+    or the line where it was stopped at the time limit."""
+    if isinstance(exercise.judge, Oracle):
+        exercise.judge.expect(case)
+    try:
+        with _time_limit(exercise.time_limit):
+            return _answered(exercise, function, case)
+    except OverTime as over:
+        return CaseResult(case, FAILED, f"this case ran over its time limit of {exercise.time_limit:g} s"
+                                        f"{_own_line(over)}: a loop that never ends?")
+
+
+def _answered(exercise: Exercise, function: Callable, case: Case) -> CaseResult:
     try:
         answer = exercise.call(function, case) if exercise.call else function(*case.args)
     except NotImplementedError:
@@ -159,12 +196,51 @@ def _generated(exercise: Exercise, function: Callable) -> CaseResult:
     return CaseResult(Case(f"{len(cases)} generated cases", ()), PASSED)
 
 
+class OverTime(BaseException):
+    """Raised in the learner's code when a case runs over its time limit. A ``BaseException``, as
+    ``KeyboardInterrupt`` is, so that a learner's ``except Exception`` cannot swallow it."""
+
+
+@contextlib.contextmanager
+def _time_limit(seconds: float):
+    """Raise ``OverTime`` in the main thread after ``seconds``, wherever it is then (a learner's ``while`` loop, a
+    ``join`` on a thread or on ranks: each lets a Python signal handler run).
+
+    A notebook cell runs in the kernel's main thread, where ``SIGALRM`` works; in another thread, or with no
+    ``SIGALRM`` (Windows), the case runs with no limit. A timer already running (pytest-timeout's, say) is
+    left to fire first if it is due sooner, and is set going again afterwards.
+    """
+    main = threading.current_thread() is threading.main_thread()
+    outer = signal.getitimer(signal.ITIMER_REAL)[0] if main and hasattr(signal, "setitimer") else 0.0
+    if not main or not hasattr(signal, "setitimer") or 0 < outer <= seconds:
+        yield
+        return
+
+    def over(signum: int, frame: Any) -> None:
+        raise OverTime
+
+    previous = signal.signal(signal.SIGALRM, over)
+    started = time.monotonic()
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+        if outer:
+            signal.setitimer(signal.ITIMER_REAL, max(outer - (time.monotonic() - started), 1e-3))
+
+
 def _graded(report: Report) -> Report:
     """Under nbgrader (``nbgrader autograde`` or ``validate`` set ``NBGRADER_EXECUTION``), a check that did not
-    pass raises, so the check cell, an autograded test cell, scores 0; in a lesson it never raises."""
-    if os.environ.get("NBGRADER_EXECUTION") and not report.passed:
-        raise AssertionError(f"{report.exercise.name}: {report._headline()}")
-    return report
+    pass raises, with the whole report (each case, its first difference and hint) as the message, so that the
+    check cell, an autograded test cell, scores 0 and the feedback says why; a check that passed leaves the
+    cell no result to misread (``GradedReport``). In a lesson it never raises."""
+    if not os.environ.get("NBGRADER_EXECUTION"):
+        return report
+    if not report.passed:
+        raise AssertionError(repr(report))
+    return GradedReport(report.exercise, report.outcomes, report.status)
 
 
 def _own_line(error: BaseException) -> str:
@@ -188,8 +264,8 @@ def first_difference(expected: Any, got: Any, where: str = "answer", atol: float
     """``None`` if ``got`` equals ``expected`` (tensors within ``atol``), else where and how they first differ."""
     if isinstance(expected, torch.Tensor):
         return _tensor_difference(expected, got, where, atol)
-    if isinstance(expected, dict):
-        if not isinstance(got, dict) or list(got) != list(expected):
+    if isinstance(expected, dict):  # compared by keys and values: no task asks for an order of keys
+        if not isinstance(got, dict) or set(got) != set(expected):
             found = list(got) if isinstance(got, dict) else type(got).__name__
             return f"{where}: expected keys {list(expected)}, got {found}"
         differences = (first_difference(expected[k], got[k], f"{where}[{k!r}]", atol) for k in expected)
@@ -225,6 +301,24 @@ def _tensor_difference(expected: torch.Tensor, got: Any, where: str, atol: float
     return f"{where}[{at}]: expected {expected[index].item():.6g}, got {got[index].item():.6g}"
 
 
-def equals(oracle: Callable) -> Callable[[Case, Any], str | None]:
-    """A judge that compares the answer with ``oracle(*case.args)`` (see ``first_difference``)."""
-    return lambda case, answer: first_difference(oracle(*case.args), answer)
+class Oracle:
+    """A judge that compares the answer with ``oracle(*case.args)`` (see ``first_difference``).
+
+    The expected answer is worked out before the learner's function runs (``run`` calls ``expect``), on the
+    oracle's own copies of the arguments: a learner's function may change its arguments in place (sum into
+    replica 0's gradients and return them), and the oracle must not then compute from the changed ones.
+    """
+
+    def __init__(self, oracle: Callable) -> None:
+        self.oracle = oracle
+
+    def expect(self, case: Case) -> None:
+        case.context["expected"] = self.oracle(*copy.deepcopy(case.args))
+
+    def __call__(self, case: Case, answer: Any) -> str | None:
+        return first_difference(case.context["expected"], answer)
+
+
+def equals(oracle: Callable) -> Oracle:
+    """A judge that compares the answer with ``oracle(*case.args)``, computed beforehand on copies (``Oracle``)."""
+    return Oracle(oracle)

@@ -28,6 +28,27 @@ def _replicas_judge(case: Case, answer) -> str | None:
             if original.requires_grad and copy.grad_fn is None:
                 return (f"replica {r}, tensor {j} is cut off from the original: its gradient could not flow back "
                         f"(clone keeps the link, detach cuts it)")
+    return _shared_storage(answer)
+
+
+def _shared_storage(replicas: list[list[torch.Tensor]]) -> str | None:
+    """The first tensor whose memory (its storage) another replica also holds, the originals being replica 0's.
+
+    Storages, not tensors, are compared: views of one clone are distinct tensors over the same memory, and a
+    replica's update would show in every other. Tensors of one replica may share a storage (one flat buffer
+    per device, as ``comm.broadcast_coalesced`` makes).
+    """
+    owner: dict[int, tuple[int, int]] = {}  # storage address -> (replica, tensor) that holds it first
+    for r, replica in enumerate(replicas):
+        for j, tensor in enumerate(replica):
+            storage = tensor.untyped_storage()
+            if storage.nbytes() == 0:  # an empty tensor holds no memory to share
+                continue
+            first_r, first_j = owner.setdefault(storage.data_ptr(), (r, j))
+            if first_r != r:
+                holder = f"original tensor {first_j}" if first_r == 0 else f"replica {first_r}'s tensor {first_j}"
+                return (f"replica {r}, tensor {j} shares its memory with {holder}: each replica needs its own "
+                        f"copies ([copies] * (n - 1) repeats one list: build a new list per replica)")
     return None
 
 

@@ -1,12 +1,16 @@
 """Lesson 07's exercises: a DataParallel training loop that matches one device, and checkpoints without the
 ``module.`` prefix."""
 
+import dataclasses
+from collections.abc import Callable
+
 import torch
 from torch import nn
 
 from .. import examples
 from ..data_parallel import DataParallel
 from ..devices import devices
+from ..trace import Trace, trace
 from .check import Case, Exercise, first_difference
 
 
@@ -25,16 +29,85 @@ def _training_case(description: str, batch: int, n: int, steps: int, lr: float, 
     return Case(description, (model, x, y, n, steps, lr), hint, {"expected": expected})
 
 
-def _weights_judge(case: Case, answer) -> str | None:
-    if isinstance(answer, nn.Module):
-        answer = list(answer.parameters())
-    return first_difference(case.context["expected"], answer, "weights", atol=1e-5)
+@dataclasses.dataclass
+class _Watched:
+    """The learner's answer, what ``dpcourse.trace()`` saw while it ran, and how many gradients reached each of
+    the given model's parameters."""
+
+    answer: object
+    steps: Trace
+    gradients: list[int]
+
+
+def _watched(function: Callable, case: Case) -> _Watched:
+    """Run the learner's loop under ``dpcourse.trace()`` (which sees every scatter, replicate, replica forward and
+    reduce-add, from outside), counting the gradients accumulated into the given model's own parameters."""
+    parameters = list(case.args[0].parameters())
+    gradients = [0] * len(parameters)
+
+    def count(i: int) -> Callable[[torch.Tensor], None]:
+        return lambda _: gradients.__setitem__(i, gradients[i] + 1)
+
+    hooks = [p.register_post_accumulate_grad_hook(count(i)) for i, p in enumerate(parameters)]
+    try:
+        with trace() as steps:
+            answer = function(*case.args)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    return _Watched(answer, steps, gradients)
+
+
+def _replicas_per_forward(steps: Trace) -> list[set[int]]:
+    """For each replicate the trace saw (one per DataParallel forward on several devices), the replicas that ran
+    a forward after it: spans are in start order, and a step's replicas start after its replicate."""
+    forwards: list[set[int]] = []
+    for span in steps.spans:
+        if span.step == "replicate":
+            forwards.append(set())
+        elif span.step == "forward" and forwards:
+            forwards[-1].add(span.replica)
+    return forwards
+
+
+def _mechanism_judge(case: Case, watched: _Watched) -> str | None:
+    """What DataParallel must have done: one forward on n replicas per step, and a reduce-add per step into the
+    model the learner was given."""
+    n, steps = case.args[3], case.args[4]
+    wrap = f"wrap the model in dpcourse.DataParallel(model, devices=dpcourse.devices({n})) and call the wrapper"
+    forwards = _replicas_per_forward(watched.steps)
+    if not any(len(replicas) == n for replicas in forwards):
+        ran = f" (they ran on {max(len(r) for r in forwards)})" if forwards else ""
+        return f"no step ran on {n} replicas{ran}: {wrap}"
+    if len(forwards) != steps or any(len(replicas) != n for replicas in forwards):
+        return (f"expected one forward on {n} replicas in each of the {steps} steps, got forwards on "
+                f"{[len(replicas) for replicas in forwards]} replicas: one call of the wrapper per step")
+    summed = len(watched.steps.steps("reduce-add"))
+    if summed != steps:
+        return (f"the replicas' gradients were summed into the model in {summed} of {steps} steps: call "
+                f"backward() on the loss of the wrapper's output, once per step")
+    if any(count != steps for count in watched.gradients):
+        return (f"the model you were given got gradients in {min(watched.gradients)} of {steps} steps: wrap that "
+                f"model itself, not a copy")
+    return None
+
+
+def _training_judge(case: Case, watched: _Watched) -> str | None:
+    model = case.args[0]
+    if (missing := _mechanism_judge(case, watched)):
+        return missing
+    answer = watched.answer
+    if answer is not model and not (isinstance(answer, DataParallel) and answer.module is model):
+        return f"expected the model you were given, trained in place, got {type(answer).__name__}"
+    weights = [p.detach() for p in model.parameters()]
+    return first_difference(case.context["expected"], weights, "weights", atol=1e-5)
 
 
 TRAIN_ON_DEVICES = Exercise(
     name="train_on_devices",
     task="Write train_on_devices(model, x, y, n, steps, lr): train `model` for `steps` steps of plain SGD "
-         "(p -= lr * p.grad) on the batch x, y with dpcourse.DataParallel on n devices, and return the model.",
+         "(p -= lr * p.grad) on the batch x, y with dpcourse.DataParallel on n devices, and return the model. "
+         "The check watches every step run on n replicas and compares the weights with one device's.",
     cases=lambda: [
         _training_case("10 rows, 2 devices, 3 steps", 10, 2, 3, 0.1,
                        "each step: zero the gradients, forward through the wrapper, examples.loss_fn, backward, "
@@ -44,7 +117,8 @@ TRAIN_ON_DEVICES = Exercise(
                        "division by n"),
         _training_case("7 rows, 3 devices, 2 steps", 7, 3, 2, 0.5),
     ],
-    judge=_weights_judge,
+    judge=_training_judge,
+    call=_watched,
 )
 
 
@@ -59,7 +133,8 @@ class _Holder(nn.Module):
 def _prefix_case(description: str, model: nn.Module, hint: str = "") -> Case:
     chosen = devices(2)
     wrapped = DataParallel(model.to(chosen[0]), devices=chosen)
-    return Case(description, (wrapped.state_dict(),), hint, {"expected": model.state_dict()})
+    expected = {key: value.clone() for key, value in model.state_dict().items()}  # not the tensors it is given
+    return Case(description, (wrapped.state_dict(),), hint, {"expected": expected})
 
 
 BARE_STATE_DICT = Exercise(

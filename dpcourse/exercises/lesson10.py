@@ -1,4 +1,9 @@
-"""Lesson 10's exercises: a ring all-reduce simulated on a list of ranks, and DistributedSampler's shards."""
+"""Lesson 10's exercises: a ring all-reduce simulated on a list of ranks, and DistributedSampler's shards.
+
+The ring is judged on its messages, which it sends through a ``send`` the check passes in: every rank sends only
+to the next, 2(n - 1) pieces, each a piece of ``tensor_split(n)`` holding the partial sum a ring has reached at
+that step (reduce-scatter, then all-gather); then on the sums every rank ends with.
+"""
 
 import torch
 from torch.utils.data import DistributedSampler
@@ -6,42 +11,104 @@ from torch.utils.data import DistributedSampler
 from .check import Case, Exercise, equals, first_difference
 
 
+def _values(count: int, what: str = "value") -> str:
+    return f"{count} {what}{'s' * (count != 1)}"
+
+
+def _ring_sizes(length: int, n: int) -> list[int]:
+    return [len(piece) for piece in torch.empty(length).tensor_split(n)]
+
+
+def _with_send(function, case: Case) -> tuple:
+    """Call ``function(tensors, send)``; the answer is its results and every ``(source, target, piece)`` sent."""
+    messages = []
+
+    def send(source: int, target: int, piece: torch.Tensor) -> torch.Tensor:
+        """Send ``piece`` from rank ``source`` to rank ``target``; returns what ``target`` receives, a copy."""
+        if not isinstance(piece, torch.Tensor):
+            raise TypeError(f"send(source, target, piece): piece must be a tensor, got {type(piece).__name__}")
+        messages.append((source, target, piece.detach().clone()))
+        return piece.detach().clone()
+
+    return function(*case.args, send), messages
+
+
+def _span(rank: int, step: int, n: int) -> list[int]:
+    """The ranks whose values a piece sent by ``rank`` at reduce-scatter ``step`` holds: itself and ``step`` before."""
+    return [(rank - j) % n for j in range(step, -1, -1)]
+
+
+def _message_difference(tensors: list[torch.Tensor], rank: int, number: int, piece: torch.Tensor) -> str | None:
+    """Whether rank ``rank``'s message ``number`` (0-based) is what a ring sends then: a piece of tensor_split(n)
+    summed over the ranks it has passed (reduce-scatter), then a finished piece, summed over all (all-gather)."""
+    n, length = len(tensors), len(tensors[0])
+    phase, step = ("reduce-scatter", number) if number < n - 1 else ("all-gather", number - (n - 1))
+    ranks = _span(rank, step, n) if phase == "reduce-scatter" else list(range(n))
+    pieces = torch.stack([tensors[r] for r in ranks]).sum(0).tensor_split(n)
+    if any(piece.shape == want.shape and torch.allclose(piece, want, atol=1e-5) for want in pieces):
+        return None
+    cut = f"tensor_split({n}) cuts {length} values into pieces of {_ring_sizes(length, n)}"
+    where = f"rank {rank}'s message {number + 1} ({phase} step {step}, {_values(piece.numel())})"
+    if phase == "reduce-scatter":
+        return (f"{where} is not a piece of the sum of the tensors of ranks {ranks} ({cut}): reduce-scatter comes "
+                "first, and at its step s rank r sends a piece holding its own values and the s previous ranks'")
+    return (f"{where} is not a finished piece, one summed over every rank ({cut}): after n - 1 steps of "
+            "reduce-scatter rank r holds the finished piece (r + 1) % n, and all-gather passes on finished pieces")
+
+
 def _ring_judge(case: Case, answer) -> str | None:
-    (tensors,) = case.args
+    tensors = case.context["tensors"]  # copied when the case was made: the oracle never sees the learner's changes
     n = len(tensors)
-    if not isinstance(answer, tuple) or len(answer) != 2:
-        return "expected a pair (results, transfers)"
-    results, transfers = answer
+    results, messages = answer
+    for source, target, _ in messages:
+        if source not in range(n) or target not in range(n):
+            return f"send({source!r}, {target!r}, piece): source and target are ranks, 0 ... {n - 1}"
+        if target != (source + 1) % n:
+            return (f"rank {source} sent a piece to rank {target}: in a ring, rank r sends only to rank r + 1 "
+                    f"(mod n), here {(source + 1) % n}")
+    for rank in range(n):
+        sent = [piece for source, _, piece in messages if source == rank]
+        if len(sent) != 2 * (n - 1):
+            return (f"rank {rank} sent {_values(len(sent), 'piece')}, expected 2(n - 1) = {2 * (n - 1)}: n - 1 "
+                    "steps of reduce-scatter, then n - 1 of all-gather, one piece per step")
+        difference = next(filter(None, (_message_difference(tensors, rank, i, p) for i, p in enumerate(sent))), None)
+        if difference:
+            return difference
     total = torch.stack(tensors).sum(0)
     difference = first_difference([total] * n, results, "results")
-    if difference:
-        return difference + " (every rank should end with the sum of all ranks' tensors)"
-    if list(transfers) != [2 * (n - 1)] * n:
-        return (f"transfers: expected every rank to send 2(n - 1) = {2 * (n - 1)} pieces, got {list(transfers)}: "
-                f"n - 1 steps of reduce-scatter, then n - 1 of all-gather, one piece per step")
-    return None
+    return difference and difference + " (every rank should end with the sum of all ranks' tensors)"
 
 
-def _ranks(seed: int, n: int, length: int) -> list[torch.Tensor]:
+def _ranks(seed: int, n: int, length: int, hint: str = "") -> Case:
     generator = torch.Generator().manual_seed(seed)
-    return [torch.randn(length, generator=generator) for _ in range(n)]
+    tensors = [torch.randn(length, generator=generator) for _ in range(n)]
+    description = f"{n} rank{'s' * (n != 1)}, {_values(length)}"
+    return Case(description, (tensors,), hint, {"tensors": [t.clone() for t in tensors]})
+
+
+def _small_rings() -> list[Case]:
+    """Every length 0 ... 2n + 1 on 1 to 5 ranks: lengths below n (empty pieces), and the sizes where chunk(n) gives
+    fewer than n pieces (6 values on 4 ranks, 4 on 3, 5 on 4, 8 on 5)."""
+    return [_ranks(10 * n + length, n, length) for n in range(1, 6) for length in range(2 * n + 2)]
 
 
 RING_ALL_REDUCE = Exercise(
     name="ring_all_reduce",
-    task="Write ring_all_reduce(tensors): tensors[r] is rank r's gradient. Simulate a ring all-reduce (each "
-         "tensor cut into n pieces; reduce-scatter, then all-gather, each rank sending one piece per step to "
-         "rank r + 1) and return (results, transfers): every rank's final tensor and how many pieces it sent.",
+    task="Write ring_all_reduce(tensors, send): tensors[r] is rank r's gradient. Simulate a ring all-reduce: cut "
+         "each tensor into n pieces with tensor_split(n); n - 1 steps of reduce-scatter, then n - 1 of all-gather, "
+         "each rank sending one piece per step to rank r + 1 (mod n) by calling send(r, (r + 1) % n, piece), which "
+         "returns what arrives. Return every rank's final tensor.",
     cases=lambda: [
-        Case("2 ranks, 6 values", (_ranks(0, 2, 6),)),
-        Case("3 ranks, 7 values", (_ranks(1, 3, 7),),
-             "tensor_split(n) gives n pieces even when the length does not divide evenly"),
-        Case("4 ranks, 8 values", (_ranks(2, 4, 8),),
-             "at reduce-scatter step s, rank r sends piece (r - s) % n; after n - 1 steps rank r holds the "
-             "finished piece (r + 1) % n"),
-        Case("1 rank", (_ranks(3, 1, 3),), "one rank sends nothing"),
+        _ranks(0, 2, 6),
+        _ranks(1, 3, 7, "tensor_split(3) cuts 7 values into 3, 2 and 2; chunk(3) would give 3, 3 and 1"),
+        _ranks(2, 4, 8, "at reduce-scatter step s, rank r sends piece (r - s) % n; after n - 1 steps rank r holds "
+                        "the finished piece (r + 1) % n"),
+        _ranks(4, 4, 6, "tensor_split(4) gives 4 pieces of 2, 2, 1 and 1 values; chunk(4) only 3"),
+        _ranks(3, 1, 3, "one rank sends nothing"),
     ],
     judge=_ring_judge,
+    call=_with_send,
+    generated=_small_rings,
 )
 
 

@@ -2,13 +2,18 @@
 and a whole ZeRO-1 training program run on 2, 3 and 4 real ranks next to one-device Adam.
 
 The two counting exercises are judged on every rank at once (the learner's function is called once per rank)
-and on an exhaustive grid of sizes. The training program is judged on the weights every rank ends with, and on
-the optimizer state each rank's optimizers hold (``sharded.ranks`` measures it in the rank).
+and on an exhaustive grid of sizes. The training program is judged on the weights every rank ends with, under
+Adam and under SGD (where a gradient summed instead of averaged moves the weights n times too far, a mistake Adam
+hides), and on the optimizer state each rank's optimizers hold (``sharded.ranks`` measures it in the rank).
 """
 
+import inspect
 import itertools
 import math
 
+import torch
+
+from dpcourse import examples
 from dpcourse.sharded import ranks, zero1
 
 from .check import Case, Exercise
@@ -92,17 +97,65 @@ ADAM_STATE_BYTES = Exercise(
 
 
 def train_each_case(function, case: Case) -> list[dict]:
-    """Run the learner's training program on ``case.args[0]`` ranks, with the case's ``training`` settings."""
-    return ranks.train_on_ranks(function, case.args[0], **case.context["training"])
+    """Run the learner's training program on ``case.args[0]`` ranks, with the case's ``training`` settings, under
+    Adam and under SGD (``ranks.under_adam_and_sgd``)."""
+    try:
+        inspect.signature(function).bind(None, None, None, None)
+    except (TypeError, ValueError):
+        raise TypeError(f"{getattr(function, '__name__', function)} must take (model, batches, lr, optimizer_class) "
+                        "and build this rank's optimizer as optimizer_class([shard], lr=lr): the check runs it with "
+                        "torch.optim.Adam and with torch.optim.SGD") from None
+    learner = ranks.shippable(function)
+    return ranks.train_on_ranks(ranks.under_adam_and_sgd, case.args[0], **case.context["training"],
+                                extra={"learner": learner})
+
+
+def _how_far(got: list, want: list, start: list) -> float:
+    """How far the weights moved along one-device SGD's path, as a multiple of its distance (1 is right)."""
+    path = torch.cat([(w - s).flatten() for w, s in zip(want, start, strict=True)])
+    moved = torch.cat([(g - s).flatten() for g, s in zip(got, start, strict=True)])
+    return (moved @ path / (path @ path)).item()
+
+
+def _sgd_difference(case: Case, answer: list[dict]) -> str | None:
+    """Under SGD a step is ``lr * grad``: a gradient summed instead of averaged trains exactly as one-device SGD with
+    n times the learning rate, where Adam's step hardly changes. Names that mistake (and dividing twice)."""
+    training, world_size = case.context["training"], case.args[0]
+    widths = training.get("widths", ranks.WIDTHS)
+
+    def one_device_sgd(lr: float) -> list[torch.Tensor]:
+        return ranks.one_device(**{**training, "lr": lr}, optimizer_class=torch.optim.SGD)
+
+    expected = one_device_sgd(ranks.SGD_LR)
+    difference = ranks.first_difference(answer, expected, widths, key="sgd", oracle="SGD")
+    if difference is None:
+        return None
+    rank = next(r for r, result in enumerate(answer) if ranks.first_difference([result], expected, widths, key="sgd"))
+    start = [p.detach() for p in examples.mlp(tuple(widths), training.get("seed", 0)).parameters()]
+    ratio = _how_far(answer[rank]["sgd"], expected, start)
+    moved = f"under SGD (lr {ranks.SGD_LR:g}), rank {rank}'s weights moved {ratio:.2f} times as far as one-device SGD's"
+    scaled = [(ranks.SGD_LR * world_size, f"n = {world_size} times too far", "Is the summed gradient divided by n? "
+               "Adam hides this mistake: its step hardly depends on the gradient's scale"),
+              (ranks.SGD_LR / world_size, f"1/n = 1/{world_size} as far", "Is the gradient divided by n twice?")]
+    for lr, how, question in scaled if world_size > 1 else []:
+        if ranks.first_difference(answer, one_device_sgd(lr), widths, key="sgd") is None:
+            return f"{moved}: {how}, exactly where one-device SGD with lr {lr:.3g} ends. {question}"
+    return f"under SGD (lr {ranks.SGD_LR:g}), {difference.removesuffix('.')}: it moved {ratio:.2f} times as far." + (
+        _AFTER_THE_ALL_GATHER)
+
+
+_AFTER_THE_ALL_GATHER = " After the all-gather every rank must hold every updated parameter"
 
 
 def same_weights_and_sharded_state(case: Case, answer: list[dict]) -> str | None:
-    """One-device Adam's weights on every rank, and no rank's optimizers holding more than a shard's state."""
+    """One-device SGD's and Adam's weights on every rank, and no rank's optimizers holding more than a shard's
+    state."""
+    if (difference := _sgd_difference(case, answer)):
+        return difference
     training = case.context["training"]
     widths = training.get("widths", ranks.WIDTHS)
-    difference = ranks.first_difference(answer, ranks.one_device(**training), widths)
-    if difference:
-        return difference + " After the all-gather every rank must hold every updated parameter"
+    if (difference := ranks.first_difference(answer, ranks.one_device(**training), widths)):
+        return difference + _AFTER_THE_ALL_GATHER
     numel, world_size = ranks.parameter_count(widths), case.args[0]
     tensors = len(widths) * 2 - 2
     for rank, result in enumerate(answer):
@@ -126,9 +179,10 @@ def zero1_cases() -> list[Case]:
 
 ZERO1_TRAINING = Exercise(
     name="zero1_training",
-    task="Write zero1_training(model, batches, lr), run on every rank: ZeRO-1 training with torch.optim.Adam. "
-         "Each step: backward on the rank's (x, y), all-reduce the flat gradient and average it, Adam on this "
-         "rank's shard only, then all-gather the updated shards. Return the final full parameters.",
+    task="Write zero1_training(model, batches, lr, optimizer_class), run on every rank: ZeRO-1 training with "
+         "optimizer_class([shard], lr=lr) over this rank's shard only (the check passes torch.optim.Adam, then "
+         "torch.optim.SGD). Each step: backward on the rank's (x, y), all-reduce the flat gradient and average it, "
+         "step the shard, then all-gather the updated shards. Return the final full parameters.",
     cases=zero1_cases,
     judge=same_weights_and_sharded_state,
     call=train_each_case,

@@ -2,9 +2,11 @@
 whole ZeRO-2 training program run on 2, 3 and 4 real ranks next to one-device Adam.
 
 The first two are judged against ``sharded.zero2``'s rule and the ring's arithmetic on generated grids of
-parameter and bucket sizes (a test holds that arithmetic to the bytes ``traffic.counted`` counts on real ranks).
-The training program travels to the ranks as its source and runs inside ``sharded.zero2_check.watched``, which
-also sees what the learner's code leaves behind: the collectives it called and the full gradients it held.
+parameter and bucket sizes (a test holds that arithmetic to the bytes ``traffic.counted`` counts on real ranks);
+the schedule's grids include buckets that fill exactly, where "at least" and "more than" part. The training
+program travels to the ranks as its source and runs inside ``sharded.zero2_check.watched``, which also sees what
+the learner's code leaves behind: the collectives it called, the full gradients it held during backward and when
+Adam stepped, and how many values Adam keeps state for on each rank.
 """
 
 import itertools
@@ -33,6 +35,20 @@ def schedule(numels: list[int], bucket_numel: int) -> list[tuple[list[int], int]
 def _random_sizes(count: int, seed: int) -> list[list[int]]:
     generator = random.Random(seed)
     return [[generator.randint(1, 300) for _ in range(generator.randint(1, 7))] for _ in range(count)]
+
+
+def _exact_fills(count: int, seed: int) -> list[tuple[list[int], int]]:
+    """Models whose running sum of sizes meets the bucket size exactly: the boundary of "at least". The bucket
+    size is the sum of the first k parameters, so the k-th closes the first bucket with not a value to spare;
+    with equal sizes every bucket fills exactly, the last one with the model's last parameter."""
+    generator = random.Random(seed)
+    grids = []
+    for _ in range(count):
+        numels = [generator.randint(1, 300) for _ in range(generator.randint(2, 7))]
+        grids.append((numels, sum(numels[:generator.randint(1, len(numels) - 1)])))
+        size, per_bucket = generator.randint(1, 50), generator.randint(1, 3)
+        grids.append(([size] * per_bucket * generator.randint(1, 4), size * per_bucket))
+    return grids
 
 
 def _judge_schedule(case: Case, answer) -> str | None:
@@ -66,10 +82,20 @@ REDUCE_SCATTER_SCHEDULE = Exercise(
              "[3, 4, 5] closes the model: 15 + 60 + 4 values; it goes first, with 3 gradients to come"),
         Case("one bucket for everything", (COURSE_NUMELS, 10_000), "one bucket, full only when backward ends"),
         Case("a bucket per parameter", (COURSE_NUMELS, 1), "every parameter fills a bucket on its own"),
+        Case("buckets of 135 values: 0.weight and 0.bias fill one exactly", (COURSE_NUMELS, 135),
+             "120 + 15 = 135 values: the bucket holds at least 135, so it closes there, and 2.weight starts the "
+             "next"),
+        Case("buckets of 120 values: 0.weight fills one on its own", (COURSE_NUMELS, 120),
+             "120 values reach 120: 0.weight's bucket closes with 0.weight alone"),
+        Case("four parameters of 4 values, buckets of 8", ([4, 4, 4, 4], 8),
+             "every pair fills a bucket exactly; the last pair closes the model, and no empty bucket follows it"),
+        Case("one parameter that fills one bucket", ([10], 10), "one bucket, [0], with no gradient to come"),
     ],
     judge=_judge_schedule,
     generated=lambda: [Case(f"parameters of {numels} values, buckets of {bucket_numel}", (numels, bucket_numel))
-                       for numels, bucket_numel in itertools.product(_random_sizes(20, 19), (1, 50, 100, 250, 10**4))],
+                       for numels, bucket_numel in [
+                           *itertools.product(_random_sizes(20, 19), (1, 50, 100, 250, 10**4)),
+                           *_exact_fills(20, 191)]],
 )
 
 

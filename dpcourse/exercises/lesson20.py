@@ -4,14 +4,20 @@
 ranks (a test holds that formula to the bytes ``ddp.processes.traffic.counted`` counts on real ranks).
 ``gather_full`` and ``shard_of_gradient`` travel to 3 ranks as their source (``sharded.ranks.train_on_ranks``), are
 called once on known numbers, then replace the library's collective in ZeRO-3 training, whose weights after 3 steps
-must equal one-device Adam's.
+must equal one-device Adam's. ``watched`` counts the collectives of every call of the learner's function
+(``traffic.counted``): right numbers are not enough, they must come from the one collective the exercise names,
+moving the padded vector, not from an all-reduce that moves every rank's whole vector.
 """
 
 import itertools
+import math
 
 import torch
+import torch.distributed as dist
 
 from dpcourse.ddp.processes.by_source import SourceFunction
+from dpcourse.ddp.processes.learner import placed
+from dpcourse.ddp.processes.traffic import counted
 from dpcourse.sharded import ranks, zero3_measure
 from dpcourse.sharded.zero1 import shard_range
 
@@ -50,12 +56,67 @@ ZERO3_BYTES_PER_STEP = Exercise(
 )
 
 
+def watched(model, batches: list, lr: float, role: str, learner: SourceFunction) -> dict:
+    """``zero3_measure.learners`` with the learner's function as ``role`` ("gather" or "scatter"), each call of it
+    counted: per call, the ``(collective, bytes)`` it ran and the bytes of its vector padded to ``n`` equal pieces
+    (``n * ceil(numel / n)`` numbers), the size of the one collective it should run. A training program for
+    ``ranks.train_on_ranks``; its result gains ``"calls"``."""
+    function, calls = learner.rebuild(), []
+
+    def counting(*args):
+        numel = args[1] if role == "gather" else args[0].numel()
+        n = dist.get_world_size()
+        try:
+            with counted() as traffic:
+                returned = function(*args)
+        except Exception as error:  # training reports it as text: say where now, while the traceback is here
+            placed(error)
+            raise
+        calls.append({"calls": traffic.calls, "padded_bytes": n * math.ceil(numel / n) * args[0].element_size()})
+        return returned
+
+    return {**zero3_measure.learners(model, batches, lr, **{role: counting}), "calls": calls}
+
+
 def _on_ranks(role: str):
     def call(function, case: Case) -> list[dict]:
         (world_size,) = case.args
-        return ranks.train_on_ranks(zero3_measure.learners, world_size, extra={role: SourceFunction.of(function)})
+        return ranks.train_on_ranks(watched, world_size, extra={"role": role, "learner": SourceFunction.of(function)})
 
     return call
+
+
+# What each function should run, once per call and nothing else: the collective, and what another one costs.
+COLLECTIVE = {"gather_full": ("all_gather", "all_gather_into_tensor"),
+              "shard_of_gradient": ("reduce_scatter", "reduce_scatter_tensor")}
+WHY = {"gather_full": "each rank sends only its padded shard and receives everyone's",
+       "shard_of_gradient": "each rank receives only the sum of its own slice, not the whole vector"}
+ALL_REDUCE = {"gather_full": "every rank then sends a whole vector, mostly zeros, n times its shard",
+              "shard_of_gradient": "every rank then receives the whole summed vector, n times the slice it keeps "
+                                   "(ZeRO-1's way: twice a reduce-scatter's bytes)"}
+
+
+def _mechanism(name: str, answer: list[dict]) -> str | None:
+    """``None`` if every call of the learner's ``name`` on every rank ran exactly one of ``COLLECTIVE[name]``, of
+    the padded vector's size; else what it ran instead."""
+    wanted = COLLECTIVE[name]
+    for rank, result in enumerate(answer):
+        for number, call in enumerate(result["calls"], start=1):
+            names = [collective for collective, _ in call["calls"]]
+            which = "on the known numbers" if number == 1 else f"in training, its call {number}"
+            ran = ", ".join(f"dist.{collective}" for collective in names) or "no collective"
+            if "all_reduce" in names:
+                return (f"rank {rank}'s {name} called dist.all_reduce ({which}): {ALL_REDUCE[name]}. Use one "
+                        f"dist.{wanted[0]}: {WHY[name]}")
+            if sum(collective in wanted for collective in names) != 1 or len(names) != 1:
+                return (f"rank {rank}'s {name} ran {ran} ({which}); the exercise asks for exactly one "
+                        f"dist.{wanted[0]}, and nothing else: {WHY[name]}")
+            size = call["calls"][0][1]
+            if size != call["padded_bytes"]:
+                return (f"rank {rank}'s dist.{names[0]} ({which}) moved a vector of {size:,} bytes; padded to n * "
+                        f"ceil(numel / n) numbers the vector is {call['padded_bytes']:,} bytes: pad with zeros "
+                        "to that size and cut it into n pieces")
+    return None
 
 
 def _trained(case: Case, answer: list[dict]) -> str | None:
@@ -80,7 +141,7 @@ def _judge_gather(case: Case, answer: list[dict]) -> str | None:
         wrong = first_difference(known, got, f"rank {rank}'s gathered vector")
         if wrong:
             return wrong + " (the shards go in rank order: rank 0's first)"
-    return _trained(case, answer)
+    return _mechanism("gather_full", answer) or _trained(case, answer)
 
 
 def _judge_scatter(case: Case, answer: list[dict]) -> str | None:
@@ -99,7 +160,7 @@ def _judge_scatter(case: Case, answer: list[dict]) -> str | None:
         if wrong:
             return wrong + (" (rank r held (r + 1) times the same vector: the average is (n + 1) / 2 times it, "
                             "the sum n (n + 1) / 2 times)")
-    return _trained(case, answer)
+    return _mechanism("shard_of_gradient", answer) or _trained(case, answer)
 
 
 GATHER_FULL = Exercise(

@@ -4,12 +4,18 @@ reads when a sharded checkpoint is loaded on another number of ranks, and a whol
 The first two take numbers and are judged against the rules torch follows (``sharded.zero_optimizer``,
 ``sharded.checkpoint_sharded``; ``tests/test_fsdp2.py`` checks those rules against real ranks), on a few
 described cases and then on generated ones: seeded random sizes, and every small grid of rows and ranks. The
-third runs the learner's training program on real ranks (``sharded.ranks.train_on_ranks``) and compares the
-weights with one-device Adam.
+third runs the learner's training program on real ranks (``sharded.ranks.train_on_ranks``) inside ``watched``,
+compares the weights with one-device Adam, and looks at the FSDP units the program made: right weights come as
+well from one unit for the whole model, which the lesson shows gathering every parameter at once.
 """
 
 import random
 
+from torch import nn
+from torch.distributed.fsdp import FSDPModule
+
+from dpcourse import examples
+from dpcourse.ddp.processes.by_source import SourceFunction
 from dpcourse.sharded import ranks
 from dpcourse.sharded.checkpoint_sharded import rows_to_read
 from dpcourse.sharded.zero_optimizer import greedy_partition
@@ -100,9 +106,43 @@ ROWS_TO_READ = Exercise(
 )
 
 
+def watched(model: nn.Module, batches: list, lr: float, learner: SourceFunction) -> dict:
+    """Run the learner's program (sent as source), then list the FSDP units it made: the names of the modules
+    ``fully_shard`` turned into ``FSDPModule``s, ``""`` for the model itself. A program for ``train_on_ranks``."""
+    returned = learner.rebuild()(model, batches, lr)
+    result = dict(returned) if isinstance(returned, dict) else {"parameters": returned}
+    return {**result, "units": [name for name, module in model.named_modules() if isinstance(module, FSDPModule)]}
+
+
 def _on_ranks(function, case: Case) -> list[dict]:
     (world_size,) = case.args
-    return ranks.train_on_ranks(function, world_size, steps=3)
+    return ranks.train_on_ranks(watched, world_size, steps=3, extra={"learner": SourceFunction.of(function)})
+
+
+def _units_difference(rank: int, units: list[str]) -> str | None:
+    """What is wrong with rank ``rank``'s FSDP units, if anything: one per ``nn.Linear``, and the model."""
+    layers = [name for name, module in examples.mlp(ranks.WIDTHS).named_modules() if isinstance(module, nn.Linear)]
+    if units == ["", *layers]:
+        return None
+    if units == [""]:
+        return (f"rank {rank}'s only FSDP unit is the model itself: fully_shard(model) alone makes one unit, so "
+                "every forward gathers the whole model at once, and a rank holds all of it while any layer runs. "
+                f"Call fully_shard on each nn.Linear ({', '.join(layers)}) first, then on the model: a layer is whole "
+                "only while it runs")
+    named = {"": "the model", **{name: f"layer {name}" for name in units + layers if name}}
+    missing = [named[name] for name in ["", *layers] if name not in units]
+    extra = [named[name] for name in units if name not in ["", *layers]]
+    if "" not in units:
+        return (f"rank {rank}'s FSDP units are {units}; the model is not one. fully_shard each nn.Linear, then "
+                "the model: the model's own call makes it the root, which takes what is left and the step's "
+                "bookkeeping")
+    if missing:
+        one = len(missing) == 1
+        return (f"rank {rank}'s FSDP units are {units}; {', '.join(missing)} {'is' if one else 'are'} not one, so "
+                f"{'its' if one else 'their'} parameters belong to the root's unit, gathered for the whole forward. "
+                "fully_shard each nn.Linear, then the model")
+    return (f"rank {rank}'s FSDP units are {units}; {', '.join(extra)} should not be one: fully_shard each "
+            "nn.Linear and then the model, the units the lesson measures")
 
 
 def _judge_training(case: Case, answer: list[dict]) -> str | None:
@@ -116,6 +156,9 @@ def _judge_training(case: Case, answer: list[dict]) -> str | None:
             return (f"rank {rank} reported 'types' {types!r}: expected 'DTensor' for each of the "
                     f"{len(MODEL_SIZES)} parameters, [type(p).__name__ for p in model.parameters()] after "
                     "fully_shard")
+        units = _units_difference(rank, result["units"])
+        if units:
+            return units
     return None
 
 

@@ -17,9 +17,15 @@ dict with them as ``"parameters"`` and anything more it wants to report (``"stat
 A program written in a notebook cell travels to the ranks as its source (``ddp.processes.by_source``), as in
 ``ddp.processes.learner``: if it raises, the learner's own exception is raised here; if the ranks wait for each other
 forever, a ``TimeoutError`` says what usually causes it.
+
+Adam hardly notices a gradient n times too large (it divides by the gradient's running RMS), so a program that sums
+the ranks' gradients instead of averaging them ends within a few 1e-6 of one-device Adam. ``under_adam_and_sgd`` runs
+a program that takes its optimizer's class twice, with Adam and with SGD, whose step ``lr * grad`` shows the
+mistake n times over: compare its ``"sgd"`` weights with ``one_device(optimizer_class=torch.optim.SGD)``.
 """
 
 import contextlib
+import copy
 import math
 import sys
 import tempfile
@@ -41,6 +47,7 @@ from ..memory.accounting import state_tensors, storage_bytes
 # 8 inputs -> 15 -> 15 -> 4 outputs: 439 parameters, a number that 2, 3 and 4 ranks cannot split evenly.
 WIDTHS = (8, 15, 15, 4)
 TIMEOUT = 60.0  # seconds; three steps on 4 ranks take well under 10, the start of the ranks included
+SGD_LR = 1e-2  # where a missing / n ends over 1000 times first_difference's tolerance away (2 to 4 ranks)
 
 
 def _rank_batches(steps: int, samples: int, seed: int, rank: int, world_size: int
@@ -107,6 +114,24 @@ def _importable(program: Callable) -> bool:
     return top_level and module is not None and module.__name__ != "__main__" and hasattr(module, "__file__")
 
 
+def shippable(program: Callable) -> Callable | SourceFunction:
+    """``program`` as a rank can get it: by name if it can import it, else as its source (``TypeError`` if neither)."""
+    is_function = isinstance(program, types.FunctionType)
+    return program if is_function and _importable(program) else SourceFunction.of(program)
+
+
+def under_adam_and_sgd(model: torch.nn.Module, batches: list, lr: float, learner: Callable | SourceFunction,
+                       sgd_lr: float = SGD_LR) -> dict:
+    """A training program: ``learner(model, batches, lr, optimizer_class)`` run twice from the same weights, with
+    ``torch.optim.SGD`` at ``sgd_lr`` on a copy of the model (its final parameters returned as ``"sgd"``), and with
+    ``torch.optim.Adam`` at ``lr`` on ``model`` (as ``"parameters"``). Why both: see this module's docstring. Pass
+    ``learner`` as ``shippable(function)`` in ``train_on_ranks``'s ``extra``."""
+    program = learner.rebuild() if isinstance(learner, SourceFunction) else learner
+    start = copy.deepcopy(model)
+    sgd, _ = _final_parameters(program(start, batches, sgd_lr, torch.optim.SGD), start)
+    return {"parameters": program(model, batches, lr, torch.optim.Adam), "sgd": sgd}
+
+
 def train_on_ranks(program: Callable, world_size: int, *, steps: int = 3, lr: float = 1e-2,
                    widths: Sequence[int] = WIDTHS, samples: int = 24, seed: int = 0,
                    timeout: float | None = None, extra: dict | None = None) -> list[dict]:
@@ -125,10 +150,8 @@ def train_on_ranks(program: Callable, world_size: int, *, steps: int = 3, lr: fl
     if samples % world_size:
         raise ValueError(f"samples={samples} per step cannot be split evenly over {world_size} ranks: choose a "
                          f"multiple of {world_size} (24 splits over 2, 3 and 4).")
-    is_function = isinstance(program, types.FunctionType)
-    shipped = program if is_function and _importable(program) else SourceFunction.of(program)
     timeout = timeout or TIMEOUT
-    args = (shipped, steps, lr, tuple(widths), samples, seed, dict(extra or {}))
+    args = (shippable(program), steps, lr, tuple(widths), samples, seed, dict(extra or {}))
     with tempfile.TemporaryDirectory(prefix="dpcourse-sharded-") as errors:
         try:
             return launch(_train, world_size, (*args, errors), timeout=timeout)
@@ -143,13 +166,13 @@ def train_on_ranks(program: Callable, world_size: int, *, steps: int = 3, lr: fl
 
 
 def one_device(steps: int = 3, lr: float = 1e-2, widths: Sequence[int] = WIDTHS, samples: int = 24,
-               seed: int = 0) -> list[torch.Tensor]:
-    """The oracle: the same model trained on one device, ``torch.optim.Adam`` on each step's whole batch.
+               seed: int = 0, optimizer_class: type[torch.optim.Optimizer] = torch.optim.Adam) -> list[torch.Tensor]:
+    """The oracle: the same model trained on one device, ``optimizer_class`` (Adam) on each step's whole batch.
 
     Returns the final parameters, in ``parameters()`` order, on the CPU.
     """
     model = examples.mlp(tuple(widths), seed)
-    optimizer = torch.optim.Adam(model.parameters(), lr=lr)
+    optimizer = optimizer_class(model.parameters(), lr=lr)
     for x, y in _rank_batches(steps, samples, seed, rank=0, world_size=1):
         optimizer.zero_grad()
         examples.regression_loss(model(x), y).backward()
@@ -158,16 +181,17 @@ def one_device(steps: int = 3, lr: float = 1e-2, widths: Sequence[int] = WIDTHS,
 
 
 def first_difference(ranks: list[dict], expected: list[torch.Tensor], widths: Sequence[int] = WIDTHS,
-                     rtol: float = 1e-5, atol: float = 1e-6) -> str | None:
-    """``None`` if every rank's ``parameters`` equal ``expected`` within ``rtol`` and ``atol``; else a sentence
-    naming the first rank and parameter that differ, and by how much."""
+                     rtol: float = 1e-5, atol: float = 1e-6, key: str = "parameters", oracle: str = "Adam"
+                     ) -> str | None:
+    """``None`` if every rank's ``key`` (its ``parameters``) equals ``expected`` within ``rtol`` and ``atol``; else
+    a sentence naming the first rank and parameter that differ, and by how much from one-device ``oracle``."""
     names = [name for name, _ in examples.mlp(tuple(widths)).named_parameters()]
     for rank, result in enumerate(ranks):
-        for name, got, want in zip(names, result["parameters"], expected, strict=True):
+        for name, got, want in zip(names, result[key], expected, strict=True):
             if not torch.allclose(got, want, rtol=rtol, atol=atol):
                 gap = examples.max_difference(got, want)
                 scale = want.abs().max().item()
-                return (f"rank {rank}'s {name} {tuple(want.shape)} differs from one-device Adam by up to "
+                return (f"rank {rank}'s {name} {tuple(want.shape)} differs from one-device {oracle} by up to "
                         f"{gap:.3g} (its largest entry is {scale:.3g}).")
     return None
 

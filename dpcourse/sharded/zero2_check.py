@@ -1,38 +1,58 @@
-"""Check a learner's ZeRO-2 on real ranks: same weights as one-device Adam, and a rank never holds every gradient.
+"""Check a learner's ZeRO-2 on real ranks: same weights as one-device Adam, and a rank never holds every gradient,
+nor Adam's state for every parameter.
 
 ``train_learners(function, world_size)`` sends the learner's ``train_zero2(model, batches, lr)`` to the ranks as its
 source and runs it inside ``watched``, a training program for ``ranks.train_on_ranks``. Before the learner's code
 sees the model, ``watched`` puts a hook of its own on every parameter, which runs before any hook the learner
 adds to the same parameter (hooks run in the order they were registered). At every gradient it counts the
-bytes of every ``.grad`` the rank holds, so it knows the most full gradients held at once, and after training
-it lists the parameters still holding a ``.grad``. ``judge`` turns that into the check's verdict.
+bytes of every ``.grad`` the rank holds, so it knows the most full gradients held at once during backward. A
+global optimizer pre-step hook (``torch/optim/optimizer.py: register_optimizer_step_pre_hook``) counts them again
+whenever an optimizer steps, after backward, and collects every optimizer that stepped: afterwards ``watched``
+counts the values Adam keeps averages for (``exp_avg``), and lists the parameters still holding a ``.grad``.
+``judge`` turns that into the check's verdict.
 """
 
+import math
 from collections.abc import Callable
 
 import torch
 from torch import nn
+from torch.optim.optimizer import register_optimizer_step_pre_hook
 
+from .. import examples
 from ..ddp.processes.by_source import SourceFunction
 from ..memory import storage_bytes
 from . import ranks
 
 
 def watched(model: nn.Module, batches: list, lr: float, learner: SourceFunction) -> dict:
-    """Run the learner's program on this rank's ``model`` and ``batches``, and watch its gradients (docstring)."""
+    """Run the learner's program on this rank's ``model`` and ``batches``, and watch its gradients and its
+    optimizers (module docstring)."""
     parameters = list(model.parameters())
-    most = [0]
+    most, at_step, stepped = [0], [0], []
 
     def count(param: torch.Tensor) -> None:
         most[0] = max(most[0], storage_bytes(p.grad for p in parameters))
 
+    def before_step(optimizer: torch.optim.Optimizer, args, kwargs) -> None:
+        at_step[0] = max(at_step[0], storage_bytes(p.grad for p in parameters))
+        if not any(o is optimizer for o in stepped):
+            stepped.append(optimizer)
+
     for p in parameters:
         p.register_post_accumulate_grad_hook(count)
-    returned = learner.rebuild()(model, batches, lr)
+    handle = register_optimizer_step_pre_hook(before_step)
+    try:
+        returned = learner.rebuild()(model, batches, lr)
+    finally:
+        handle.remove()
     result = dict(returned) if isinstance(returned, dict) else {"parameters": returned}
     left = [name for name, p in model.named_parameters() if p.grad is not None]
-    return {**result, "most_gradient_bytes": most[0], "gradients_left": left,
-            "all_gradient_bytes": sum(p.numel() * p.element_size() for p in parameters)}
+    averaged = sum(state["exp_avg"].numel() for optimizer in stepped for state in optimizer.state.values()
+                   if isinstance(state.get("exp_avg"), torch.Tensor))
+    return {**result, "most_gradient_bytes": most[0], "gradient_bytes_at_step": at_step[0], "gradients_left": left,
+            "all_gradient_bytes": sum(p.numel() * p.element_size() for p in parameters),
+            "optimizers_stepped": len(stepped), "adam_values": averaged}
 
 
 def train_learners(function: Callable, world_size: int, steps: int = 3, lr: float = 1e-2) -> list[dict]:
@@ -41,9 +61,16 @@ def train_learners(function: Callable, world_size: int, steps: int = 3, lr: floa
                                 extra={"learner": SourceFunction.of(function)})
 
 
+def shard_values(world_size: int) -> int:
+    """The most values a rank's shards can hold: a piece of ``ceil(numel / n)`` of every parameter, as with one
+    bucket per parameter, the finest buckets and so the most padding. Bigger buckets need fewer."""
+    return sum(math.ceil(p.numel() / world_size) for p in examples.mlp(ranks.WIDTHS).parameters())
+
+
 def judge(case, answer: list[dict]) -> str | None:
     """``None`` if every rank trained as one-device Adam, with a reduce-scatter, holding only some full gradients at
-    a time and none at the end; else the first thing that is not so."""
+    a time during backward, none when Adam steps and none at the end, and Adam's state for its shard only; else
+    the first thing that is not so."""
     names = [name for name, _ in answer[0]["collectives"]]
     if "all_reduce" in names:
         return ("your code called dist.all_reduce: every rank then receives the whole averaged gradient. ZeRO-2 "
@@ -57,11 +84,25 @@ def judge(case, answer: list[dict]) -> str | None:
     if difference:
         return difference
     for rank, result in enumerate(answer):
+        everything = result["all_gradient_bytes"]
         if result["gradients_left"]:
             return (f"after training, rank {rank}'s {', '.join(result['gradients_left'])} still hold a .grad: set "
                     "each parameter's .grad to None once its bucket has been reduce-scattered")
-        if result["most_gradient_bytes"] >= result["all_gradient_bytes"]:
-            return (f"rank {rank} held every full gradient at once ({result['all_gradient_bytes']:,} bytes, as DDP "
-                    "does): reduce-scatter a bucket from the hook as soon as its last gradient arrives, and free its "
+        if result["most_gradient_bytes"] >= everything:
+            return (f"rank {rank} held every full gradient at once ({everything:,} bytes, as DDP does): "
+                    "reduce-scatter a bucket from the hook as soon as its last gradient arrives, and free its "
                     ".grad then, before backward reaches the earlier layers (use more than one bucket)")
+        if result["gradient_bytes_at_step"]:
+            return (f"rank {rank}'s parameters held {result['gradient_bytes_at_step']:,} bytes of full .grad when "
+                    f"the optimizer stepped (the whole model's gradient is {everything:,}): ZeRO-2 never puts the "
+                    "full gradients together again. Adam steps this rank's shards, each with its reduce-scattered "
+                    "gradient as .grad")
+        if not result["optimizers_stepped"]:
+            return "your code never stepped a torch.optim optimizer: train this rank's shards with torch.optim.Adam"
+        most = shard_values(len(answer))
+        if result["adam_values"] > most:
+            return (f"rank {rank}'s Adam keeps exp_avg and exp_avg_sq for {result['adam_values']} values each, the "
+                    f"model has {ranks.parameter_count()}: DDP's optimizer state. A ZeRO-2 rank keeps Adam's state "
+                    f"for its shard only (at most {most} values on {len(answer)} ranks): build torch.optim.Adam "
+                    "over this rank's shards only, not over the whole model")
     return None

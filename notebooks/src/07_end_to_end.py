@@ -419,8 +419,9 @@ for i, (piece,) in enumerate(dpcourse.scatter((packed,), dpcourse.devices(2))):
 # ### Exercise: a training loop on n devices
 # Write `train_on_devices(model, x, y, n, steps, lr)`: train `model` for `steps` steps of plain SGD
 # (`p -= lr * p.grad`, or `examples.sgd_step(model, lr)`) on the batch `x, y`, with `dpcourse.DataParallel` on
-# `n` devices, and return the model. The check passes `model`, `x` and `y` already on `devices[0]` and compares
-# the weights with the same steps on one device.
+# `n` devices, and return the model. The check passes `model`, `x` and `y` already on `devices[0]`, watches
+# (with `dpcourse.trace()`) every step run one forward on `n` replicas and sum their gradients into `model`, and
+# compares the weights with the same steps on one device.
 
 # %% tags=["solution"]
 def train_on_devices(model, x, y, n, steps, lr):

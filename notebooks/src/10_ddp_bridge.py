@@ -465,29 +465,30 @@ widgets.CostModelCalculator()
 #
 # ### Exercise: a ring all-reduce
 # DDP sums gradients with an all-reduce; NCCL's classic algorithm is a ring. Simulate it on a list:
-# `tensors[r]` is rank r's gradient. Cut every tensor into n pieces (`tensor_split(n)`). In **reduce-scatter**,
-# n - 1 steps, every rank sends one piece to rank r + 1 (mod n), which adds it to its own; afterwards each rank
-# holds one piece of the total. In **all-gather**, n - 1 more steps pass the finished pieces around the ring.
-# Write `ring_all_reduce(tensors)` returning `(results, transfers)`: every rank's final tensor, and how many
-# pieces each rank sent.
+# `tensors[r]` is rank r's gradient. Cut every tensor into n pieces (`tensor_split(n)`, which gives n pieces
+# whatever the length, some of them empty). In **reduce-scatter**, n - 1 steps, every rank sends one piece to
+# rank r + 1 (mod n), which adds it to its own; afterwards each rank holds one piece of the total. In
+# **all-gather**, n - 1 more steps pass the finished pieces around the ring.
+# Write `ring_all_reduce(tensors, send)` returning every rank's final tensor. A rank sends a piece by calling
+# `send(r, (r + 1) % n, piece)`, which returns what arrives at rank r + 1 (a copy). The check passes its own
+# `send` and watches every message: who sends to whom, how many, how large, and what each holds at that step.
+# To try yours first, pass one that only copies: `lambda source, target, piece: piece.clone()`.
 
 # %% tags=["solution"]
-def ring_all_reduce(tensors):
-    """A ring all-reduce, simulated: every rank ends with the sum, after sending 2(n - 1) pieces."""
+def ring_all_reduce(tensors, send):
+    """A ring all-reduce, simulated: every rank ends with the sum, after sending 2(n - 1) pieces to rank r + 1."""
     ### BEGIN SOLUTION
     n = len(tensors)
-    pieces = [list(t.clone().tensor_split(n)) for t in tensors]  # pieces[rank][k]
-    transfers = [0] * n
+    pieces = [list(t.tensor_split(n)) for t in tensors]  # pieces[rank][k]
     for phase in ("reduce-scatter", "all-gather"):
         for step in range(n - 1):
-            # rank r sends piece k; all ranks send at once, so read every piece before writing any
+            # rank r sends piece k; all ranks send at once, so every piece is sent before any is changed
             k_of = [(r - step) % n if phase == "reduce-scatter" else (r + 1 - step) % n for r in range(n)]
-            sent = [pieces[r][k_of[r]].clone() for r in range(n)]
+            arrived = [send(r, (r + 1) % n, pieces[r][k_of[r]]) for r in range(n)]
             for r in range(n):
                 receiver, k = (r + 1) % n, k_of[r]
-                pieces[receiver][k] = pieces[receiver][k] + sent[r] if phase == "reduce-scatter" else sent[r]
-                transfers[r] += 1
-    return [torch.cat(p) for p in pieces], transfers
+                pieces[receiver][k] = pieces[receiver][k] + arrived[r] if phase == "reduce-scatter" else arrived[r]
+    return [torch.cat(p) for p in pieces]
     ### END SOLUTION
 
 

@@ -180,18 +180,21 @@ exercises.check("capstone_data_parallel", data_parallel)
 # the lesson's help: come back to it once you have done that lesson. Now write the whole of it again, from
 # nothing, in one function.
 #
-# `zero1(model, batches, lr)` runs on every [rank](00_start_here.ipynb#Glossary), with the rank's copy of the model (the same seeded weights
-# on every rank) and its `batches`, a list of `(x, y)`, one per step: this rank's share of each step's batch.
-# Train with `torch.optim.Adam(..., lr=lr)` and the loss `F.mse_loss(model(x), y)` and return the final full
-# parameters, in `model.parameters()` order. Each rank's Adam must step only this rank's shard of the flat
-# parameter vector; the ranks average their gradients, as DDP does, and share the updated shards with an
-# all-gather, padded where a shard is short.
+# `zero1(model, batches, lr, optimizer_class)` runs on every [rank](00_start_here.ipynb#Glossary), with the
+# rank's copy of the model (the same seeded weights on every rank) and its `batches`, a list of `(x, y)`, one per
+# step: this rank's share of each step's batch. It builds this rank's optimizer as `optimizer_class([shard],
+# lr=lr)`, trains with the loss `F.mse_loss(model(x), y)` and returns the final full parameters, in
+# `model.parameters()` order. Each rank's optimizer must step only this rank's shard of the flat parameter vector;
+# the ranks average their gradients, as DDP does, and share the updated shards with an all-gather, padded where a
+# shard is short.
 #
 # The check starts 2, 3 and 4 ranks (lesson 18's `dpcourse.sharded.ranks.train_on_ranks`) on a model lesson 18
-# did not use, whose parameters never split evenly, and compares every rank's weights with Adam's on one device
-# training on each whole batch. It also measures each rank's optimizer state: a whole copy of Adam's state on
-# every rank is DDP, not ZeRO-1. Your function travels to the ranks as its source: what it uses from outside must
-# be a module, a plain value or a function of yours.
+# did not use, whose parameters never split evenly, runs your function with `torch.optim.Adam` and again with
+# `torch.optim.SGD` (where a gradient summed instead of averaged moves the weights n times too far, a mistake
+# Adam hides), and compares every rank's weights with the same optimizer's on one device training on each whole
+# batch. It also measures each rank's optimizer state: a whole copy of Adam's state on every rank is DDP, not
+# ZeRO-1. Your function travels to the ranks as its source: what it uses from outside must be a module, a plain
+# value or a function of yours.
 
 # %%
 import math
@@ -202,8 +205,8 @@ from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
 
 # %% tags=["solution"]
-def zero1(model, batches, lr):
-    """ZeRO-1 training on this rank: Adam's state for this rank's shard only; the final full parameters."""
+def zero1(model, batches, lr, optimizer_class):
+    """ZeRO-1 training on this rank: optimizer state for this rank's shard only; the final full parameters."""
     ### BEGIN SOLUTION
     rank, n = dist.get_rank(), dist.get_world_size()
     parameters = list(model.parameters())
@@ -212,7 +215,7 @@ def zero1(model, batches, lr):
     size = math.ceil(numel / n)
     start, stop = min(rank * size, numel), min((rank + 1) * size, numel)
     shard = flat[start:stop].clone().requires_grad_()
-    optimizer = torch.optim.Adam([shard], lr=lr)
+    optimizer = optimizer_class([shard], lr=lr)
     for x, y in batches:
         model.zero_grad()
         F.mse_loss(model(x), y).backward()

@@ -239,19 +239,21 @@ with quiz.reveal("18-sum-not-mean"):
 # (`torch/optim/sgd.py: _single_tensor_sgd`), the same mistake makes every step n times too long.
 #
 # ## Exercise: ZeRO-1, written by you
-# Write `zero1_training(model, batches, lr)`. It runs on every rank, with the rank's model (the same seeded
-# weights everywhere) and its `batches`, a list of `(x, y)`, one per step. Train with `torch.optim.Adam(...,
-# lr=lr)` and the loss `F.mse_loss(model(x), y)`, as the four steps above say, and return the final full
+# Write `zero1_training(model, batches, lr, optimizer_class)`. It runs on every rank, with the rank's model (the
+# same seeded weights everywhere) and its `batches`, a list of `(x, y)`, one per step. Build this rank's optimizer
+# as `optimizer_class([shard], lr=lr)`, as torch's `ZeroRedundancyOptimizer` takes its `optimizer_class` (lesson
+# 21), train with the loss `F.mse_loss(model(x), y)`, as the four steps above say, and return the final full
 # parameters, `list(model.parameters())`.
 #
 # The check runs it on 2, 3 and 4 ranks (`ranks.train_on_ranks`; your function travels to the ranks as its
-# source, as in lesson 13: what it uses from outside must be a module, a plain value or a function of yours)
-# and compares every rank's weights with one-device Adam's. It also measures the optimizer state each rank's
-# optimizers hold: Adam over all the parameters, as DDP does, trains right but is not ZeRO-1.
+# source, as in lesson 13: what it uses from outside must be a module, a plain value or a function of yours),
+# twice: with `torch.optim.Adam`, and with `torch.optim.SGD`, which does not forgive the mistake above. It
+# compares every rank's weights with one-device training's under each. It also measures the optimizer state
+# each rank's optimizers hold: Adam over all the parameters, as DDP does, trains right but is not ZeRO-1.
 
 # %% tags=["solution"]
-def zero1_training(model, batches, lr):
-    """ZeRO-1 on this rank: all-reduce the gradients, Adam on this rank's shard, all-gather the shards."""
+def zero1_training(model, batches, lr, optimizer_class):
+    """ZeRO-1 on this rank: all-reduce the gradients, step this rank's shard, all-gather the shards."""
     ### BEGIN SOLUTION
     rank, n = dist.get_rank(), dist.get_world_size()
     parameters = list(model.parameters())
@@ -260,7 +262,7 @@ def zero1_training(model, batches, lr):
     size = math.ceil(numel / n)
     start, stop = min(rank * size, numel), min((rank + 1) * size, numel)
     mine = flat[start:stop].clone().requires_grad_()
-    optimizer = torch.optim.Adam([mine], lr=lr)
+    optimizer = optimizer_class([mine], lr=lr)
     for x, y in batches:
         model.zero_grad()
         F.mse_loss(model(x), y).backward()
@@ -289,7 +291,8 @@ exercises.check("zero1_training", zero1_training)
 #   numbers, the last ones shorter. Each rank's Adam steps its shard only: its state is about 1/n of DDP's.
 # - A step: backward, all-reduce and average the gradients, Adam on the shard, all-gather the updated shards.
 #   gloo's all-gather refuses pieces of different sizes, so short shards are padded and the padding dropped.
-# - The result is one-device Adam's, within float tolerance, on 2, 3 and 4 ranks with uneven shards.
+# - The result is one-device Adam's, within float tolerance, on 2, 3 and 4 ranks with uneven shards. Adam forgives
+#   a gradient summed instead of averaged; SGD, whose step follows the gradient's size, shows it.
 # - The cost: an all-gather on top of the all-reduce. If both run as rings, the all-gather sends half of what
 #   the all-reduce sends: 1.5 times DDP's bytes per rank (a prediction, from the sizes measured here).
 # - torch has ZeRO-1 built in, `torch.distributed.optim.ZeroRedundancyOptimizer` (lesson 21); lesson 19 shards

@@ -87,7 +87,8 @@ for number, (bucket, size) in enumerate(zip(buckets, bucket_numels, strict=True)
 # reduce-scatters them, each with the number of gradients backward has still to produce when that bucket's
 # reduce-scatter starts, as a list of `(indices, still_to_come)`. Backward produces the gradients from the last
 # parameter to the first. You may call `zero2.bucket_indices`, or write DDP's rule yourself. The check tries the
-# course model with three bucket sizes, then 100 generated models and bucket sizes.
+# course model with five bucket sizes, two small models, then 140 generated models and bucket sizes. Some
+# buckets fill exactly, where "at least" and "more than" part.
 
 # %% tags=["solution"]
 def reduce_scatter_schedule(numels, bucket_numel):
@@ -258,9 +259,11 @@ with quiz.reveal("19-wire-bytes"):
 #
 # Return the final full parameters, `list(model.parameters())`. The check runs it on 2, 3 and 4 ranks
 # (`dpcourse/sharded/zero2_check.py`; your function travels to the ranks as its source, as in lesson 13) and
-# compares every rank's weights with one-device Adam's. It also watches your gradients from a hook of its own:
-# a rank that ever holds every parameter's full `.grad` at once, or keeps one after training, trains right
-# but is not ZeRO-2; neither is one that calls `dist.all_reduce`.
+# compares every rank's weights with one-device Adam's. It also watches your gradients from a hook of its own,
+# and your optimizer when it steps: a rank that ever holds every parameter's full `.grad` at once, holds any
+# when Adam steps, or keeps one after training, trains right but is not ZeRO-2; neither is one whose Adam keeps
+# `exp_avg` and `exp_avg_sq` for the whole model (DDP's state, not its shard's), or one that calls
+# `dist.all_reduce`.
 
 # %% tags=["solution"]
 def train_zero2(model, batches, lr):

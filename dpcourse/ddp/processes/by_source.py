@@ -12,7 +12,9 @@ where ``inspect.getsource`` finds it. So ``SourceFunction.of(function)`` records
   raises ``NameError`` for it, as Python would);
 
 and ``rebuild()``, in the rank, runs the source in a fresh namespace holding those names and returns the
-function. The learner's code runs unchanged, with ``dist`` and ``torch`` as they wrote them.
+function. The learner's code runs unchanged, with ``dist`` and ``torch`` as they wrote them, and on the lines it
+had in its cell: a traceback's frame for it says ``line 7`` where the cell says line 7. Its filename,
+``<name, sent by source>``, is how ``own_line`` finds the learner's frame in a rank's traceback.
 """
 
 import builtins
@@ -22,9 +24,12 @@ import inspect
 import linecache
 import pickle
 import textwrap
+import traceback
 import types
 from collections.abc import Callable, Iterator
 from typing import Any
+
+SENT = ", sent by source>"  # the end of the filename every rebuilt function's code has
 
 
 @dataclasses.dataclass
@@ -36,11 +41,13 @@ class ModuleName:
 
 @dataclasses.dataclass
 class SourceFunction:
-    """A function as its ``name``, ``source`` and the outside ``names`` it needs; ``rebuild()`` makes it again."""
+    """A function as its ``name``, ``source`` and the outside ``names`` it needs; ``rebuild()`` makes it again.
+    ``first_line`` is the line of its ``def`` in the cell or file it came from."""
 
     name: str
     source: str
     names: dict[str, Any]
+    first_line: int = 1
 
     @classmethod
     def of(cls, function: Callable) -> "SourceFunction":
@@ -52,7 +59,8 @@ class SourceFunction:
         except (OSError, TypeError) as error:
             raise TypeError(f"The source of {function.__name__} cannot be found ({error}): define it in a "
                             "notebook cell or a .py file.") from None
-        return cls(function.__name__, source, dict(_outside_names(function)))
+        # inspect.getsource starts where co_firstlineno points: at the def, or at its first decorator
+        return cls(function.__name__, source, dict(_outside_names(function)), function.__code__.co_firstlineno)
 
     def rebuild(self) -> Callable:
         """Run the source in a namespace of its own and return the function it defines."""
@@ -63,10 +71,24 @@ class SourceFunction:
             elif isinstance(value, SourceFunction):
                 value = value.rebuild()
             namespace[name] = value
-        filename = f"<{self.name}, sent by source>"
-        linecache.cache[filename] = (len(self.source), None, self.source.splitlines(True), filename)  # tracebacks
-        exec(compile(self.source, filename, "exec"), namespace)
+        filename = f"<{self.name}{SENT}"
+        text = "\n" * (self.first_line - 1) + self.source  # the cell's line numbers, in tracebacks too
+        linecache.cache[filename] = (len(text), None, text.splitlines(True), filename)
+        exec(compile(text, filename, "exec"), namespace)
         return namespace[self.name]
+
+
+def own_line(error: BaseException) -> str:
+    """Where the learner's code sent by source raised, as ``line 7 of train: x = model.w``; ``""`` if not in it.
+
+    The last frame of the traceback that belongs to a function ``rebuild`` made (the learner's, or a helper it
+    called): lines below it are the library's or torch's, which the learner did not write.
+    """
+    own = [frame for frame in traceback.extract_tb(error.__traceback__) if frame.filename.endswith(SENT)]
+    if not own or not own[-1].line:
+        return ""
+    frame = own[-1]
+    return f"line {frame.lineno} of {frame.name}: {frame.line.strip()}"
 
 
 def _names_in(code: types.CodeType) -> Iterator[str]:

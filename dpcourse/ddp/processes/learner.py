@@ -9,7 +9,8 @@
 
 The function travels to the ranks as its source (``by_source``), since a rank cannot import a notebook cell.
 If it raises in any rank, the others are stopped and ``run_on_ranks`` raises *the learner's exception*,
-type and message, not a ``WorkerError`` with a traceback: the exercise check shows it as one line. Ranks that
+type and message, not a ``WorkerError`` with a traceback: the exercise check shows it as one line, which ends
+with the rank and the learner's own line (``placed``). Ranks that
 wait for each other forever (every rank in a blocking ``send``, say) are stopped after ``TIMEOUT`` seconds.
 """
 
@@ -20,7 +21,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from .by_source import SourceFunction
+from .by_source import SourceFunction, own_line
 from .launcher import WorkerError, device, launch
 from .traffic import counted
 
@@ -42,11 +43,36 @@ def _learners_function(function: SourceFunction, inputs: list[torch.Tensor], err
             "collectives": traffic.collectives}
 
 
+def placed(error: Exception) -> Exception:
+    """The learner's exception, its first line ending with where it was raised: `` (rank 1, line 7 of train: ...)``.
+
+    In the notebook the exception arrives pickled, without its traceback, so the check could not say where the
+    learner's code raised (as it does for code run in the kernel, ``exercises.check._own_line``); this says it in
+    the message, which travels. Only a rank's own frames know the line: call it in the rank. Nothing is added
+    where no learner code sent by source raised (the library's own checks name their cause), or twice, or to
+    an exception whose message is not its argument's text (``KeyError``'s is its repr).
+    """
+    line = own_line(error)
+    where = f" (rank {dist.get_rank()}, {line})"
+    message = str(error)
+    if not line or where in message:
+        return error
+    first, newline, rest = message.partition("\n")
+    placed_message, args = (first + where).lstrip() + newline + rest, error.args
+    error.args = (placed_message,)
+    if str(error) != placed_message:  # KeyError's message is its argument's repr, ImportError's its own
+        error.args = args
+    return error
+
+
 def keep_error(error: Exception, errors: str) -> None:
-    """In a rank: save the learner's exception in the folder ``errors``, for ``kept_error`` in the notebook."""
+    """In a rank: save the learner's exception in the folder ``errors``, for ``kept_error`` in the notebook, with
+    the rank and the learner's line in its message (``placed``)."""
+    placed(error)
     try:
         note = pickle.dumps(error)
-    except Exception:  # an exception class of the learner's own cannot always be pickled
+        pickle.loads(note)  # an exception class of the learner's own may not be rebuilt from its one message
+    except Exception:  # or not pickled at all
         note = pickle.dumps(RuntimeError(f"{type(error).__name__}: {error}"))
     Path(errors, f"rank-{dist.get_rank()}.pickle").write_bytes(note)
 

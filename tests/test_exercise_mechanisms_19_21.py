@@ -143,10 +143,10 @@ def train_zero2_full_state(model, batches, lr):  # M19-5, the audit's code
     return parameters
 
 
-def _zero2(adam="shards", when="hooks"):
+def _zero2(adam="shards", when="hooks", divide=True):
     """A learner's ZeRO-2 whose Adam steps ``adam`` ("shards"; "flat": each bucket's whole flat vector, its
     gradient all-gathered; "model": the model's parameters, .grad its shard's gradient and zeros elsewhere), and
-    whose reduce-scatters run in the ``hooks`` or ``after`` backward."""
+    whose reduce-scatters run in the ``hooks`` or ``after`` backward; ``divide=False`` forgets the average's / n."""
 
     def train_zero2(model, batches, lr):
         rank, n = dist.get_rank(), dist.get_world_size()
@@ -166,7 +166,7 @@ def _zero2(adam="shards", when="hooks"):
         optimizer = torch.optim.Adam(stepped, lr=lr)
 
         def scatter(k):
-            flat = padded([p.grad for p in buckets[k]], pieces[k]) / n
+            flat = padded([p.grad for p in buckets[k]], pieces[k]) / (n if divide else 1)
             shards[k].grad = torch.empty_like(shards[k])
             dist.reduce_scatter(shards[k].grad, list(flat.chunk(n)))
             for p in buckets[k]:
@@ -226,6 +226,13 @@ ZERO2 = {
         _zero2(adam="model"), "full .grad when the optimizer stepped"),
     "the buckets reduce-scattered after backward, not in hooks": (_zero2(when="after"), "every full gradient"),
 }
+
+
+def test_a_zero2_that_forgets_to_divide_by_n_fails_far_beyond_the_tolerance():
+    # Adam's weights miss it by ~3e-6 (issue 36); the stepped gradients' squares come out n * n = 4 times too big,
+    # 3,000 times the 1e-3 the check allows.
+    detail = _failure(lesson19.TRAIN_ZERO2, _zero2(divide=False))
+    assert "hold 4 times the squares" in detail and "divided by n" in detail, detail
 
 
 def test_a_zero2_with_the_right_mechanism_passes_on_two_ranks():

@@ -24,6 +24,7 @@ exercise                    what the learner's code must do
 import threading
 from collections.abc import Callable
 from typing import Any
+from unittest import mock
 
 import torch
 from torch import nn
@@ -73,16 +74,23 @@ def _judge_broadcast(case: Case, outputs: Any) -> str | None:
     return None
 
 
-CAPSTONE_BROADCAST = Exercise(
-    "capstone_broadcast",
-    "Write Broadcast, an autograd Function: forward(ctx, n, *tensors) returns n copies (replica 0: the tensors "
-    "themselves), backward sums the replicas' gradients.",
-    lambda: [Case(f"{_count(n, 'replica')} of 2 tensors", (n, torch.ones(2, 2, requires_grad=True),
+def _broadcast_cases() -> list[Case]:
+    cases = [Case(f"{_count(n, 'replica')} of 2 tensors", (n, torch.ones(2, 2, requires_grad=True),
                                                   torch.arange(3.0, requires_grad=True)), hint) for n, hint in [
         (1, "with one replica, forward returns the tensors themselves"),
         (2, "replica 1's tensors are clones; the gradient of each original is the sum over replicas"),
         (3, "sum, do not average: each copy's gradient counts once"),
-    ]],
+    ]]
+    # One tensor: backward gets one gradient per replica, and a grouping off by one drops the last replica's
+    hint = "with one tensor, grads holds one gradient per replica: every one of them belongs in the sum"
+    return [*cases, Case("3 replicas of 1 tensor", (3, torch.arange(4.0, requires_grad=True)), hint)]
+
+
+CAPSTONE_BROADCAST = Exercise(
+    "capstone_broadcast",
+    "Write Broadcast, an autograd Function: forward(ctx, n, *tensors) returns n copies (replica 0: the tensors "
+    "themselves), backward sums the replicas' gradients.",
+    _broadcast_cases,
     _judge_broadcast,
 )
 
@@ -139,15 +147,28 @@ def _failing(i: int, seen: list) -> Callable[[torch.Tensor], torch.Tensor]:
 
 def _call_parallel_apply(function: Callable, case: Case) -> Any:
     """The learner's outputs; in the case with a failing replica, the exception their function raised (or
-    what it returned instead, which the judge then rejects)."""
-    try:
-        return function(*case.args)
-    except ReplicaFailed as error:
-        return error
+    what it returned instead, which the judge then rejects). Every thread the call starts is noted in
+    ``case.context["started"]``: a thread that does no replica's work, and fails where no one sees it, leaves
+    no other trace."""
+    caller, start, started = threading.current_thread(), threading.Thread.start, case.context["started"]
+
+    def counted_start(thread: threading.Thread) -> None:
+        if threading.current_thread() is caller:  # not a thread some other code starts meanwhile
+            started.append(thread.name)
+        start(thread)
+
+    with mock.patch.object(threading.Thread, "start", counted_start):
+        try:
+            return function(*case.args)
+        except ReplicaFailed as error:
+            return error
 
 
 def _judge_parallel_apply(case: Case, outputs: Any) -> str | None:
-    (functions, inputs), seen = case.args, case.context["seen"]
+    (functions, inputs), seen, started = case.args, case.context["seen"], case.context["started"]
+    if len(started) > len(functions):
+        return (f"your parallel_apply started {len(started)} threads for {_count(len(functions), 'replica')}: "
+                f"start one thread per replica, no more")
     if "fails" in case.context:
         if not isinstance(outputs, ReplicaFailed):
             return (f"replica {case.context['fails']} raised ReplicaFailed in its thread, but your parallel_apply "
@@ -170,11 +191,12 @@ def _parallel_apply_cases() -> list[Case]:
         seen: list = []
         functions, inputs = [_probe(i, seen) for i in range(n)], [_rows(2) + i for i in range(n)]
         hint = "start every thread, then join them all, then return the outputs"
-        cases.append(Case(_count(n, "replica"), (functions, inputs), hint, {"seen": seen}))
+        cases.append(Case(_count(n, "replica"), (functions, inputs), hint, {"seen": seen, "started": []}))
     seen = []
     functions = [_probe(0, seen), _failing(1, seen), _probe(2, seen)]
     hint = "in each thread, catch the exception and keep it in place of the output; after joining, raise it"
-    cases.append(Case("3 replicas, replica 1 raises", (functions, [_rows(2)] * 3), hint, {"seen": seen, "fails": 1}))
+    cases.append(Case("3 replicas, replica 1 raises", (functions, [_rows(2)] * 3), hint,
+                      {"seen": seen, "started": [], "fails": 1}))
     return cases
 
 
@@ -204,12 +226,15 @@ CAPSTONE_GATHER = Exercise(
 
 
 class CapstoneModel(nn.Module):
-    """Linear -> BatchNorm -> ReLU -> Linear, noting the rows and thread of every forward in ``self.seen``."""
+    """Linear -> BatchNorm -> ReLU -> Linear (or ``body``), noting the rows and thread of every forward in
+    ``self.seen``."""
 
-    def __init__(self) -> None:
+    def __init__(self, body: nn.Module | None = None) -> None:
         super().__init__()
         generator = torch.Generator().manual_seed(0)
-        self.body = nn.Sequential(nn.Linear(3, 5), nn.BatchNorm1d(5), nn.ReLU(), nn.Linear(5, 2))
+        if body is None:
+            body = nn.Sequential(nn.Linear(3, 5), nn.BatchNorm1d(5), nn.ReLU(), nn.Linear(5, 2))
+        self.body = body
         with torch.no_grad():
             for p in self.parameters():
                 p.copy_(torch.randn(p.shape, generator=generator))
@@ -276,6 +301,13 @@ def _data_parallel_cases() -> list[Case]:
         mine, reference = CapstoneModel(), CapstoneModel()
         x = torch.randn(batch, 3, generator=torch.Generator().manual_seed(batch))
         cases.append(Case(f"{batch} rows on {_count(n, 'CPU device')}", (mine, x, n), "", {"reference": reference}))
+    # One parameter: Broadcast's flat output holds one tensor per replica, so grouping it must not drop the last.
+    # PReLU's slopes: Linear(bias=False) keeps a None bias in _parameters, which the lesson's replicate expects not
+    mine, reference = (CapstoneModel(nn.Sequential(nn.PReLU(3), nn.Tanh())) for _ in range(2))
+    hint = "with one parameter, each replica's copies are one entry of Broadcast's output: n groups of 1"
+    cases.append(Case("7 rows on 3 CPU devices, a model with one parameter",
+                      (mine, torch.randn(7, 3, generator=torch.Generator().manual_seed(7)), 3), hint,
+                      {"reference": reference}))
     return cases
 
 

@@ -30,14 +30,38 @@ def _probes(n: int, inputs: list) -> tuple[list[_Probe], list]:
     return [_Probe(barrier) for _ in range(n)], inputs
 
 
-def _threads_judge(case: Case, answer) -> str | None:
+def _call_watching_threads(function, case: Case) -> tuple:
+    """Call the learner's function; note every exception that a thread it started let escape.
+
+    ``threading.excepthook`` only prints such an exception, so a thread that fails (an extra thread indexing past
+    the last replica, say) would go unseen: here it is kept for the judge instead.
+    """
+    before, escaped = set(threading.enumerate()), []
+
+    def keep(hooked: threading.ExceptHookArgs) -> None:
+        if hooked.thread not in before:
+            escaped.append(hooked.exc_value)
+
+    hook, threading.excepthook = threading.excepthook, keep
+    try:
+        return function(*case.args), escaped
+    finally:
+        threading.excepthook = hook
+
+
+def _threads_judge(case: Case, answered: tuple) -> str | None:
     probes, inputs = case.args
+    answer, escaped = answered
     if not isinstance(answer, (list, tuple)) or len(answer) != len(inputs):
         found = f"{len(answer)} outputs" if isinstance(answer, (list, tuple)) else type(answer).__name__
         return f"expected {len(inputs)} outputs, one per replica in order, got {found}"
     for i, (x, out) in enumerate(zip(inputs, answer, strict=True)):
         if not isinstance(out, torch.Tensor) or not torch.equal(out, x * 2):
             return f"output {i} is not functions[{i}](inputs[{i}]): keep the outputs in replica order"
+    if escaped:
+        error = escaped[0]
+        return (f"a thread the function started raised {type(error).__name__}: {error}. Start exactly one thread "
+                "per replica, for i in range(len(functions)), and let none of them fail unseen")
     caller = threading.current_thread()
     if len(probes) == 1:
         return None if probes[0].thread is caller else "one replica should run inline, in the caller's thread"
@@ -64,6 +88,7 @@ RUN_REPLICAS = Exercise(
              "start all the threads first, then join them all"),
     ],
     judge=_threads_judge,
+    call=_call_watching_threads,
 )
 
 

@@ -71,6 +71,8 @@ def _structure_cases() -> list[Case]:
              "a namedtuple's type takes its fields as separate arguments: type(first)(*items)"),
         Case("a tuple with None", ([(a, None), (b, None)],), "replica 0's None gives None"),
         Case("a list of dicts", ([[{"x": a}], [{"x": b}]],), "recurse: gather each position of the list"),
+        Case("a single replica: a tuple of a tensor and a dict", ([(a, {"loss": la})],),
+             "one replica gives a list of one output: read the structure from outputs[0], the one every call has"),
     ]
 
 

@@ -35,6 +35,11 @@ def _sums_with_messages(answer: list[dict]) -> str | None:
             return (f"rank {rank} called dist.{ranks_answer['collectives'][0]}: write the all-reduce with "
                     "point-to-point messages only (dist.isend, dist.send, dist.recv, dist.irecv)")
     for rank, ranks_answer in enumerate(answer):
+        if ranks_answer.get("unwaited"):
+            return (f"rank {rank} returned with {ranks_answer['unwaited']} dist.isend request(s) never waited for: "
+                    "until request.wait() returns, the tensor may not have been sent yet, and changing it (or "
+                    "returning) can send something else. Call .wait() on each request before you reuse the tensor")
+    for rank, ranks_answer in enumerate(answer):
         difference = first_difference(ranks_answer["expected"], ranks_answer["result"], f"rank {rank}'s tensor")
         if difference:
             return difference + " (dist.all_reduce gives every rank the sum of all ranks' tensors, in place)"
@@ -104,6 +109,8 @@ RING_ALL_REDUCE_ON_RANKS = Exercise(
              "(r - s - 1) % n; after n - 1 steps it holds the finished piece (r + 1) % n"),
         Case("4 ranks, a 3 x 5 matrix", (_tensors(5, 4, 3, 5),),
              "all-gather step s: send piece (r + 1 - s) % n, receive piece (r - s) % n straight into the tensor"),
+        Case("3 ranks, 4 values (pieces of 2, 1, 1)", (_tensors(6, 3, 4),),
+             "tensor_split(n) always gives n pieces; chunk(n) cuts pieces of ceil(4 / 3) = 2 values: only 2 of them"),
     ],
     judge=_judge_ring,
     call=_on_ranks,

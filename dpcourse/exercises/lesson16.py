@@ -1,5 +1,6 @@
 """Lesson 16's exercises: a worker thread that keeps the caller's autocast, and GradScaler's rule for its scale."""
 
+import contextlib
 import threading
 from collections.abc import Callable
 from types import SimpleNamespace
@@ -10,11 +11,18 @@ from .. import examples
 from .check import Case, Exercise, first_difference
 
 
-def _autocast_case(description: str, dtype: torch.dtype | None, hint: str = "") -> Case:
+def _caller_autocast(case: Case) -> contextlib.AbstractContextManager:
+    """The caller's autocast block, as the case's ``autocast`` keywords say; with none, no block at all."""
+    autocast = case.context["autocast"]
+    return contextlib.nullcontext() if autocast is None else torch.autocast("cpu", **autocast)
+
+
+def _autocast_case(description: str, autocast: dict | None, hint: str = "") -> Case:
     model, (x, _) = examples.make_model(), examples.make_batch(6)
-    with torch.autocast("cpu", dtype=dtype or torch.float32, enabled=dtype is not None):
-        expected = model(x).detach()
-    return Case(description, (x,), hint, {"model": model, "dtype": dtype, "expected": expected})
+    case = Case(description, (x,), hint, {"model": model, "autocast": autocast})
+    with _caller_autocast(case):
+        case.context["expected"] = model(x).detach()
+    return case
 
 
 def _call_under_autocast(function: Callable, case: Case) -> tuple:
@@ -25,8 +33,7 @@ def _call_under_autocast(function: Callable, case: Case) -> tuple:
         threads.append(threading.current_thread())
         return case.context["model"](x)
 
-    dtype = case.context["dtype"]
-    with torch.autocast("cpu", dtype=dtype or torch.float32, enabled=dtype is not None):
+    with _caller_autocast(case):
         output = function(model, *case.args)
     return output, threads
 
@@ -43,6 +50,9 @@ def _autocast_judge(case: Case, answer: tuple) -> str | None:
     if output.dtype != expected.dtype:
         return (f"the thread computed in {output.dtype}, the caller's autocast in {expected.dtype}: enter "
                 f"torch.autocast inside the thread with the caller's enabled flag *and* dtype")
+    if output.grad_fn is None:
+        return ("the output is cut from the model's graph (it has no grad_fn): return the thread's result itself, "
+                "so that backward reaches the model's weights")
     return first_difference(expected, output.detach(), "output", atol=1e-2)
 
 
@@ -52,10 +62,13 @@ IN_THREAD_WITH_AUTOCAST = Exercise(
          "caller's CPU autocast state (whether it is on, and its dtype), wait for it, and return the result.",
     cases=lambda: [
         _autocast_case("no autocast", None, "read torch.is_autocast_enabled('cpu') in the caller, not in the thread"),
-        _autocast_case("torch.autocast('cpu'): bfloat16", torch.bfloat16,
+        _autocast_case("torch.autocast('cpu'): bfloat16", {"dtype": torch.bfloat16},
                        "a new thread starts with autocast off: enter it again inside the thread"),
-        _autocast_case("torch.autocast('cpu', dtype=torch.float16)", torch.float16,
+        _autocast_case("torch.autocast('cpu', dtype=torch.float16)", {"dtype": torch.float16},
                        "torch.get_autocast_dtype('cpu') in the caller; a new thread's default dtype is bfloat16"),
+        _autocast_case("torch.autocast('cpu', dtype=torch.float16, enabled=False)",
+                       {"dtype": torch.float16, "enabled": False},
+                       "a block can name a dtype and still be off: pass the caller's enabled flag, not only its dtype"),
     ],
     judge=_autocast_judge,
     call=_call_under_autocast,

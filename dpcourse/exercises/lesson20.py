@@ -4,7 +4,8 @@
 ranks (a test holds that formula to the bytes ``ddp.processes.traffic.counted`` counts on real ranks).
 ``gather_full`` and ``shard_of_gradient`` travel to 3 ranks as their source (``sharded.ranks.train_on_ranks``), are
 called once on known numbers, then replace the library's collective in ZeRO-3 training, whose weights after 3 steps
-must equal one-device Adam's. ``watched`` counts the collectives of every call of the learner's function
+must equal one-device Adam's, then are called once more on float64 numbers that float32 cannot hold, which must come
+back exactly, in float64. ``watched`` counts the collectives of every call of the learner's function
 (``traffic.counted``): right numbers are not enough, they must come from the one collective the exercise names,
 moving the padded vector, not from an all-reduce that moves every rank's whole vector.
 """
@@ -16,6 +17,7 @@ import torch
 import torch.distributed as dist
 
 from dpcourse.ddp.processes.by_source import SourceFunction
+from dpcourse.ddp.processes.launcher import device
 from dpcourse.ddp.processes.learner import placed
 from dpcourse.ddp.processes.traffic import counted
 from dpcourse.sharded import ranks, zero3_measure
@@ -56,12 +58,19 @@ ZERO3_BYTES_PER_STEP = Exercise(
 )
 
 
+def known_in_float64(world_size: int) -> torch.Tensor:
+    """The known numbers past float32's 24 bits of mantissa, in float64: ``2**24 + 0.5`` has no float32 (the nearest
+    are 2**24 and 2**24 + 2), so a function that passes them through float32 anywhere returns other numbers."""
+    return zero3_measure.known_vector(world_size).double() + 2**24
+
+
 def watched(model, batches: list, lr: float, role: str, learner: SourceFunction) -> dict:
     """``zero3_measure.learners`` with the learner's function as ``role`` ("gather" or "scatter"), each call of it
     counted: per call, the ``(collective, bytes)`` it ran and the bytes of its vector padded to ``n`` equal pieces
-    (``n * ceil(numel / n)`` numbers), the size of the one collective it should run. A training program for
-    ``ranks.train_on_ranks``; its result gains ``"calls"``."""
-    function, calls = learner.rebuild(), []
+    (``n * ceil(numel / n)`` numbers), the size of the one collective it should run. Then one more call, on
+    ``known_in_float64``: a function that pads in float32 whatever it is given returns float32, or other numbers.
+    A training program for ``ranks.train_on_ranks``; its result gains ``"calls"`` and ``"float64"``."""
+    function, calls, stage = learner.rebuild(), [], ["on the known numbers"]
 
     def counting(*args):
         numel = args[1] if role == "gather" else args[0].numel()
@@ -72,10 +81,21 @@ def watched(model, batches: list, lr: float, role: str, learner: SourceFunction)
         except Exception as error:  # training reports it as text: say where now, while the traceback is here
             placed(error)
             raise
-        calls.append({"calls": traffic.calls, "padded_bytes": n * math.ceil(numel / n) * args[0].element_size()})
+        which = stage[0] if stage[0] != "in training" else f"in training, its call {len(calls) + 1}"
+        calls.append({"calls": traffic.calls, "padded_bytes": n * math.ceil(numel / n) * args[0].element_size(),
+                      "which": which})
+        stage[0] = "in training"
         return returned
 
-    return {**zero3_measure.learners(model, batches, lr, **{role: counting}), "calls": calls}
+    result = zero3_measure.learners(model, batches, lr, **{role: counting})
+    stage[0] = "on the known numbers in float64"
+    rank, n = dist.get_rank(), dist.get_world_size()
+    known = known_in_float64(n).to(device())
+    start, stop = shard_range(known.numel(), rank, n)
+    args = (known[start:stop].clone(), known.numel()) if role == "gather" else ((rank + 1) * known,)
+    returned = counting(*args)
+    float64 = returned.detach().cpu() if isinstance(returned, torch.Tensor) else returned
+    return {**result, "calls": calls, "float64": float64}
 
 
 def _on_ranks(role: str):
@@ -101,9 +121,9 @@ def _mechanism(name: str, answer: list[dict]) -> str | None:
     the padded vector's size; else what it ran instead."""
     wanted = COLLECTIVE[name]
     for rank, result in enumerate(answer):
-        for number, call in enumerate(result["calls"], start=1):
+        for call in result["calls"]:
             names = [collective for collective, _ in call["calls"]]
-            which = "on the known numbers" if number == 1 else f"in training, its call {number}"
+            which = call["which"]
             ran = ", ".join(f"dist.{collective}" for collective in names) or "no collective"
             if "all_reduce" in names:
                 return (f"rank {rank}'s {name} called dist.all_reduce ({which}): {ALL_REDUCE[name]}. Use one "
@@ -116,6 +136,25 @@ def _mechanism(name: str, answer: list[dict]) -> str | None:
                 return (f"rank {rank}'s dist.{names[0]} ({which}) moved a vector of {size:,} bytes; padded to n * "
                         f"ceil(numel / n) numbers the vector is {call['padded_bytes']:,} bytes: pad with zeros "
                         "to that size and cut it into n pieces")
+    return None
+
+
+def _in_float64(name: str, answer: list[dict], expected: list[torch.Tensor], made: str) -> str | None:
+    """``None`` if every rank's call on float64 numbers returned exactly ``expected[rank]``, in float64; else what
+    it returned. ``made`` names the tensor the learner's function made that should carry the input's dtype."""
+    for rank, result in enumerate(answer):
+        got = result["float64"]
+        if not isinstance(got, torch.Tensor) or got.dtype != torch.float64:
+            found = got.dtype if isinstance(got, torch.Tensor) else type(got).__name__
+            return (f"rank {rank}'s {name} was given float64 numbers and returned {found}: make {made} with the "
+                    "input's dtype (torch.zeros(..., dtype=..., device=...)), or the numbers lose their precision")
+        where = f"rank {rank}'s {name} on float64 numbers past float32's precision (2**24 + 0.5, ...)"
+        wrong = first_difference(expected[rank], got, where)
+        if wrong is None and not torch.equal(got, expected[rank]):  # isclose's rtol would forgive float32's rounding
+            index = int((got != expected[rank]).nonzero()[0])
+            wrong = f"{where}[{index}]: expected {expected[rank][index].item()!r}, got {got[index].item()!r}"
+        if wrong:
+            return wrong + f": a tensor in float32 on the way loses them; make {made} with the input's dtype"
     return None
 
 
@@ -141,7 +180,8 @@ def _judge_gather(case: Case, answer: list[dict]) -> str | None:
         wrong = first_difference(known, got, f"rank {rank}'s gathered vector")
         if wrong:
             return wrong + " (the shards go in rank order: rank 0's first)"
-    return _mechanism("gather_full", answer) or _trained(case, answer)
+    return (_in_float64("gather_full", answer, [known_in_float64(n)] * n, "the padded shard")
+            or _mechanism("gather_full", answer) or _trained(case, answer))
 
 
 def _judge_scatter(case: Case, answer: list[dict]) -> str | None:
@@ -160,7 +200,10 @@ def _judge_scatter(case: Case, answer: list[dict]) -> str | None:
         if wrong:
             return wrong + (" (rank r held (r + 1) times the same vector: the average is (n + 1) / 2 times it, "
                             "the sum n (n + 1) / 2 times)")
-    return _mechanism("shard_of_gradient", answer) or _trained(case, answer)
+    average = known_in_float64(n) * (n + 1) / 2
+    slices = [average[slice(*shard_range(known.numel(), rank, n))] for rank in range(n)]
+    return (_in_float64("shard_of_gradient", answer, slices, "the padded gradient")
+            or _mechanism("shard_of_gradient", answer) or _trained(case, answer))
 
 
 GATHER_FULL = Exercise(

@@ -180,6 +180,18 @@ def one_device(steps: int = 3, lr: float = 1e-2, widths: Sequence[int] = WIDTHS,
     return [p.detach().clone() for p in model.parameters()]
 
 
+def first_gradient_square_sum(steps: int = 3, lr: float = 1e-2, widths: Sequence[int] = WIDTHS, samples: int = 24,
+                              seed: int = 0) -> float:
+    """The oracle's first step seen through its gradient: the sum of squares of one device's gradient on the first
+    step's whole batch (the average over all ranks' samples). Where ranks shard that gradient, their shards' squares
+    add up to it; a gradient summed over n ranks instead of averaged gives n * n times as much, which Adam's update
+    hides (``lr`` is accepted, and unused, so that a case's training settings pass as they are)."""
+    model = examples.mlp(tuple(widths), seed)
+    x, y = _rank_batches(steps, samples, seed, rank=0, world_size=1)[0]
+    examples.regression_loss(model(x), y).backward()
+    return sum(float(p.grad.double().square().sum()) for p in model.parameters())
+
+
 def first_difference(ranks: list[dict], expected: list[torch.Tensor], widths: Sequence[int] = WIDTHS,
                      rtol: float = 1e-5, atol: float = 1e-6, key: str = "parameters", oracle: str = "Adam"
                      ) -> str | None:

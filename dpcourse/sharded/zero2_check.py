@@ -8,7 +8,9 @@ adds to the same parameter (hooks run in the order they were registered). At eve
 bytes of every ``.grad`` the rank holds, so it knows the most full gradients held at once during backward. A
 global optimizer pre-step hook (``torch/optim/optimizer.py: register_optimizer_step_pre_hook``) counts them again
 whenever an optimizer steps, after backward, and collects every optimizer that stepped: afterwards ``watched``
-counts the values Adam keeps averages for (``exp_avg``), and lists the parameters still holding a ``.grad``.
+counts the values Adam keeps averages for (``exp_avg``) and the bytes of the memory behind the tensors it steps
+(a shard cut from a bucket's padded vector without a copy keeps that whole vector alive), and lists the
+parameters still holding a ``.grad``.
 ``judge`` turns that into the check's verdict.
 """
 
@@ -29,15 +31,17 @@ def watched(model: nn.Module, batches: list, lr: float, learner: SourceFunction)
     """Run the learner's program on this rank's ``model`` and ``batches``, and watch its gradients and its
     optimizers (module docstring)."""
     parameters = list(model.parameters())
-    most, at_step, stepped = [0], [0], []
+    most, at_step, stepped, first_squares = [0], [0], [], [0.0]
 
     def count(param: torch.Tensor) -> None:
         most[0] = max(most[0], storage_bytes(p.grad for p in parameters))
 
     def before_step(optimizer: torch.optim.Optimizer, args, kwargs) -> None:
         at_step[0] = max(at_step[0], storage_bytes(p.grad for p in parameters))
-        if not any(o is optimizer for o in stepped):
+        if not any(o is optimizer for o in stepped):  # its first step: the gradients of training step 1
             stepped.append(optimizer)
+            first_squares[0] += sum(float(p.grad.double().square().sum()) for group in optimizer.param_groups
+                                    for p in group["params"] if p.grad is not None)
 
     for p in parameters:
         p.register_post_accumulate_grad_hook(count)
@@ -50,9 +54,11 @@ def watched(model: nn.Module, batches: list, lr: float, learner: SourceFunction)
     left = [name for name, p in model.named_parameters() if p.grad is not None]
     averaged = sum(state["exp_avg"].numel() for optimizer in stepped for state in optimizer.state.values()
                    if isinstance(state.get("exp_avg"), torch.Tensor))
+    behind = storage_bytes(p for optimizer in stepped for group in optimizer.param_groups for p in group["params"])
     return {**result, "most_gradient_bytes": most[0], "gradient_bytes_at_step": at_step[0], "gradients_left": left,
             "all_gradient_bytes": sum(p.numel() * p.element_size() for p in parameters),
-            "optimizers_stepped": len(stepped), "adam_values": averaged}
+            "optimizers_stepped": len(stepped), "adam_values": averaged, "stepped_bytes": behind,
+            "first_step_gradient_squares": first_squares[0]}
 
 
 def train_learners(function: Callable, world_size: int, steps: int = 3, lr: float = 1e-2) -> list[dict]:
@@ -69,8 +75,8 @@ def shard_values(world_size: int) -> int:
 
 def judge(case, answer: list[dict]) -> str | None:
     """``None`` if every rank trained as one-device Adam, with a reduce-scatter, holding only some full gradients at
-    a time during backward, none when Adam steps and none at the end, and Adam's state for its shard only; else
-    the first thing that is not so."""
+    a time during backward, none when Adam steps and none at the end, and Adam's state and the memory of the
+    tensors it steps for its shard only; else the first thing that is not so."""
     names = [name for name, _ in answer[0]["collectives"]]
     if "all_reduce" in names:
         return ("your code called dist.all_reduce: every rank then receives the whole averaged gradient. ZeRO-2 "
@@ -79,10 +85,6 @@ def judge(case, answer: list[dict]) -> str | None:
                         ("all_gather", "after Adam's step, so that every rank has every updated parameter")):
         if needed not in names:
             return f"your code never called dist.{needed}: ZeRO-2 needs it {why}"
-    training = case.context["training"]
-    difference = ranks.first_difference(answer, ranks.one_device(**training))
-    if difference:
-        return difference
     for rank, result in enumerate(answer):
         everything = result["all_gradient_bytes"]
         if result["gradients_left"]:
@@ -105,4 +107,28 @@ def judge(case, answer: list[dict]) -> str | None:
                     f"model has {ranks.parameter_count()}: DDP's optimizer state. A ZeRO-2 rank keeps Adam's state "
                     f"for its shard only (at most {most} values on {len(answer)} ranks): build torch.optim.Adam "
                     "over this rank's shards only, not over the whole model")
-    return None
+        if result["stepped_bytes"] > 4 * most:  # float32
+            return (f"rank {rank}'s Adam steps tensors that keep {result['stepped_bytes']:,} bytes of memory alive "
+                    f"(the whole model's parameters are {everything:,}); this rank's shards need at most "
+                    f"{4 * most:,}. A piece of a bucket's padded vector (.chunk(n)[rank]) is a view that keeps the "
+                    "whole vector: .clone() it, so that the rank keeps only its shard")
+    training = case.context["training"]
+    return (_averaged_gradient_difference(answer, ranks.first_gradient_square_sum(**training))
+            or ranks.first_difference(answer, ranks.one_device(**training)))
+
+
+def _averaged_gradient_difference(answer: list[dict], expected: float) -> str | None:
+    """Adam's update hardly depends on the gradient's scale, so a gradient summed over the ranks instead of averaged
+    trains within a few 1e-6 of one device. The gradients Adam steps with do not hide it: on the first step, every
+    rank's shards together hold one device's averaged gradient, whose sum of squares is ``expected``."""
+    got = sum(result["first_step_gradient_squares"] for result in answer)
+    ratio = got / expected
+    if abs(ratio - 1) <= 1e-3:
+        return None
+    n = len(answer)
+    why = (f"{n} * {n} = {n * n} times: is the reduce-scattered sum divided by n? Adam hides this mistake in the "
+           "weights" if abs(ratio - n * n) <= 1e-2 * n * n else "each rank's Adam should step its shard of the "
+           "gradient averaged over every rank's samples, each value once")
+    return (f"on the first step, the gradients your ranks' Adam stepped with hold {ratio:.3g} times the squares of "
+            f"one device's averaged gradient: {why}")
+

@@ -262,8 +262,10 @@ with quiz.reveal("19-wire-bytes"):
 # compares every rank's weights with one-device Adam's. It also watches your gradients from a hook of its own,
 # and your optimizer when it steps: a rank that ever holds every parameter's full `.grad` at once, holds any
 # when Adam steps, or keeps one after training, trains right but is not ZeRO-2; neither is one whose Adam keeps
-# `exp_avg` and `exp_avg_sq` for the whole model (DDP's state, not its shard's), or one that calls
-# `dist.all_reduce`.
+# `exp_avg` and `exp_avg_sq` for the whole model (DDP's state, not its shard's), steps a view that keeps a whole
+# padded bucket alive, or calls `dist.all_reduce`. Adam's weights barely notice a gradient summed instead of
+# averaged (its step hardly depends on the gradient's scale), so the check also adds up the squares of the
+# gradients your ranks' Adam steps with on the first step: together they must be one device's averaged gradient's.
 
 # %% tags=["solution"]
 def train_zero2(model, batches, lr):

@@ -40,7 +40,7 @@ def _learners_function(function: SourceFunction, inputs: list[torch.Tensor], err
         keep_error(error, errors)
         raise
     return {"result": tensor.cpu(), "expected": expected.cpu(), "sent": traffic.sent, "received": traffic.received,
-            "collectives": traffic.collectives}
+            "collectives": traffic.collectives, "unwaited": traffic.unwaited}
 
 
 def placed(error: Exception) -> Exception:

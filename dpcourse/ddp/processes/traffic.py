@@ -50,6 +50,15 @@ class Traffic:
     sent: int = 0
     received: int = 0
     calls: list[tuple[str, int]] = dataclasses.field(default_factory=list)
+    sends: list = dataclasses.field(default_factory=list)  # each send's request (dist.Work), kept while counting
+    waited: set[int] = dataclasses.field(default_factory=set)  # the id() of each request someone waited for
+
+    @property
+    def unwaited(self) -> int:
+        """Sends whose request nobody waited for (``dist.isend`` without ``.wait()``): torch lets the tensor change
+        or be freed before it is sent (``torch/distributed/distributed_c10d.py: isend``). A blocking ``dist.send``
+        waits for its own."""
+        return sum(id(request) not in self.waited for request in self.sends)
 
     @property
     def collectives(self) -> list[str]:
@@ -79,7 +88,15 @@ def counted() -> Iterator[Traffic]:
 
     def counting_send(group, tensors, dst, tag=0):
         traffic.sent += _payload(tensors)
-        return send(group, tensors, dst, tag)
+        request = send(group, tensors, dst, tag)
+        traffic.sends.append(request)
+        return request
+
+    wait = dist.Work.wait
+
+    def noting_wait(request, *args, **kwargs):
+        traffic.waited.add(id(request))
+        return wait(request, *args, **kwargs)
 
     def counting_recv(group, tensors, src, tag=0):
         traffic.received += _payload(tensors)
@@ -106,6 +123,7 @@ def counted() -> Iterator[Traffic]:
     collectives = {name: getattr(dist, name) for name in COLLECTIVES if hasattr(dist, name)}
     group_class.send, group_class.recv, group_class.recv_anysource = (
         counting_send, counting_recv, counting_recv_anysource)
+    dist.Work.wait = noting_wait
     for module in (dist, distributed_c10d):  # `dist.all_reduce` and `distributed_c10d.all_reduce` are one function
         for name, function in collectives.items():
             setattr(module, name, noting(name, function))
@@ -114,6 +132,7 @@ def counted() -> Iterator[Traffic]:
     finally:
         for name, method in methods.items():
             setattr(group_class, name, method)
+        dist.Work.wait = wait
         for module in (dist, distributed_c10d):
             for name, function in collectives.items():
                 setattr(module, name, function)

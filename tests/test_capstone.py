@@ -1,43 +1,13 @@
 """The capstone's checks pass the lesson's own solutions, wait for the stubs, and reject planted mistakes."""
 
 import copy
-import runpy
-from pathlib import Path
 
-import jupytext
 import pytest
 import torch
 
 from dpcourse import exercises
+from tests.capstone_pieces import PIECES, SOLUTION, checked, lesson_namespace, with_piece
 from tests.helpers import one_thread_each  # a thread per replica, errors left in the threads
-
-NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
-without_solutions = runpy.run_path(str(NOTEBOOKS / "build.py"))["without_solutions"]
-
-
-def lesson_namespace(student: bool = False) -> dict:
-    """Run the capstone's code cells except the checks, as the instructor (or student) edition has them."""
-    namespace: dict = {}
-    for cell in jupytext.read(NOTEBOOKS / "src" / "12_capstone.py").cells:
-        if cell.cell_type == "code" and not cell.source.startswith("exercises.check"):
-            exec(without_solutions(cell.source) if student else cell.source, namespace)
-    return namespace
-
-
-SOLUTION = lesson_namespace()
-PIECES = {
-    "capstone_scatter": "scatter",
-    "capstone_broadcast": "Broadcast",
-    "capstone_replicate": "replicate",
-    "capstone_parallel_apply": "parallel_apply",
-    "capstone_gather": "gather",
-    "capstone_data_parallel": "data_parallel",
-}
-
-
-def checked(name: str, namespace: dict) -> exercises.Report:
-    piece = namespace[PIECES[name]]
-    return exercises.check(name, piece.apply if name == "capstone_broadcast" else piece)
 
 
 @pytest.mark.parametrize("name", PIECES)
@@ -57,15 +27,6 @@ def test_the_lessons_solutions_pass_where_devices_0_stands_in_for_a_gpu(name, st
 def test_the_student_editions_stubs_are_not_attempted_yet(name):
     report = checked(name, lesson_namespace(student=True))
     assert report.status == "not attempted yet" and "not attempted yet" in repr(report)
-
-
-def with_piece(**pieces) -> dict:
-    """The solution with some pieces swapped for wrong ones; ``data_parallel`` then uses the wrong pieces."""
-    namespace = dict(SOLUTION)
-    namespace.update(pieces)
-    data_parallel = SOLUTION["data_parallel"]
-    namespace["data_parallel"] = type(data_parallel)(data_parallel.__code__, namespace)
-    return namespace
 
 
 class AveragingBroadcast(torch.autograd.Function):

@@ -13,7 +13,7 @@ import torch
 
 from dpcourse.exercises import capstone
 from dpcourse.exercises.check import FAILED, PASSED
-from tests.test_capstone import SOLUTION, checked, with_piece
+from tests.capstone_pieces import SOLUTION, checked, with_piece
 
 Broadcast, scatter, replicate, gather = (SOLUTION[name] for name in ("Broadcast", "scatter", "replicate", "gather"))
 parallel_apply = SOLUTION["parallel_apply"]

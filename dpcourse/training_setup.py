@@ -13,10 +13,13 @@ from typing import ClassVar
 from .examples.model import MLP, running_example
 
 KINDS = ("one device", "DataParallel", "DDP", "ZeRO-1", "ZeRO-2", "ZeRO-3")
+# The largest training jobs run on about 10^5 GPUs. Every per-device answer (a memory breakdown, a timeline) holds
+# one entry per device, so a larger count is refused before any work rather than filling the memory.
+MOST_DEVICES = 100_000
 
 
-def whole(name: str, value: object, meaning: str) -> int:
-    """``value`` if it is a whole number >= 1, else ``ValueError`` naming ``name`` and what it means.
+def whole(name: str, value: object, meaning: str, most: int | None = None) -> int:
+    """``value`` if it is a whole number >= 1 (and <= ``most``), else ``ValueError`` naming ``name`` and what it means.
 
     NaN, infinities, fractions, zero and negative numbers are refused: a count of layers or samples is none of
     these. A float with a whole value (``256.0``, what a text box may give) is accepted.
@@ -26,6 +29,9 @@ def whole(name: str, value: object, meaning: str) -> int:
         number = int(value)
     if isinstance(number, bool) or not isinstance(number, int) or number < 1:
         raise ValueError(f"{name} must be a whole number >= 1 ({meaning}); got {value!r}.")
+    if most is not None and number > most:
+        shown = f"{number:.3g}" if number < 10**300 else f"a number of {len(str(number))} digits"
+        raise ValueError(f"{name} must be at most {most:,} ({meaning}); got {shown}.")
     return number
 
 
@@ -48,7 +54,8 @@ class Setup:
     def __post_init__(self) -> None:
         if self.kind not in self.KINDS:
             raise ValueError(f"kind={self.kind!r} is not one of {list(self.KINDS)}.")
-        object.__setattr__(self, "devices", whole("devices", self.devices, "replicas or ranks"))
+        object.__setattr__(self, "devices", whole("devices", self.devices, "replicas or ranks",
+                                                         MOST_DEVICES))
         object.__setattr__(self, "batch", whole("batch", self.batch, "samples per step, all devices together"))
         if self.kind == "one device" and self.devices != 1:
             raise ValueError(f"devices={self.devices} with kind='one device': use kind='DataParallel', 'DDP' or a "

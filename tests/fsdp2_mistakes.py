@@ -1,5 +1,5 @@
 """Lesson 21's planted mistakes in ``train_with_fsdp2``, in a module of their own: the ranks import it by name (as
-they import any importable training program, ``sharded.ranks.train_on_ranks``), so it imports little."""
+they import any importable training program, ``ranks.train_on_ranks``), so it imports little."""
 
 import torch
 import torch.distributed as dist

@@ -15,8 +15,8 @@ import torch.distributed as dist
 
 from dpcourse import exercises
 from dpcourse.ddp.demos import collectives, compare, pointtopoint
-from dpcourse.ddp.processes import by_source, learner
 from dpcourse.exercises.check import FAILED
+from dpcourse.ranks import by_source, learner
 
 
 @functools.cache

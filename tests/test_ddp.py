@@ -109,7 +109,7 @@ def test_the_in_process_parts_run_where_devices_0_stands_in_for_a_gpu(stand_in_g
 
 
 def test_a_raising_worker_names_its_rank_and_traceback_and_leaves_no_process():
-    with pytest.raises(ddp.WorkerError) as info:
+    with pytest.raises(ddp.RankError) as info:
         ddp.crash("raise", rank=1)
     message = str(info.value)
     assert info.value.rank == 1
@@ -119,7 +119,7 @@ def test_a_raising_worker_names_its_rank_and_traceback_and_leaves_no_process():
 
 
 def test_a_killed_worker_gives_a_clear_error_and_no_orphans():
-    with pytest.raises(ddp.WorkerError, match=r"rank 0 \(pid \d+\) was killed by SIGKILL") as info:
+    with pytest.raises(ddp.RankError, match=r"rank 0 \(pid \d+\) was killed by SIGKILL") as info:
         ddp.crash("kill", rank=0, timeout=30)
     assert info.value.rank == 0
     assert_all_gone(info.value.pids)

@@ -14,7 +14,7 @@ from torch.utils.data import DistributedSampler
 
 from dpcourse.ddp.demos import batchnorm, checkpoint, sampling, uneven, unused
 from dpcourse.ddp.implementations import syncbn
-from dpcourse.ddp.processes.torchrun import torchrun
+from dpcourse.ranks.torchrun import torchrun
 from dpcourse.scripts import train_ddp, train_dp
 from tests.torchrun_runs import run_torchrun
 

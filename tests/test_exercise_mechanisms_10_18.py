@@ -16,10 +16,9 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
-from dpcourse import exercises
+from dpcourse import exercises, ranks
 from dpcourse.exercises import capstone, lesson10, lesson18
 from dpcourse.exercises.check import FAILED, NOT_ATTEMPTED, PASSED, run
-from dpcourse.sharded import ranks
 from tests.lesson_solutions import solution
 
 

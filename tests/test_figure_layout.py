@@ -13,14 +13,14 @@ import torch
 from matplotlib.figure import Figure
 
 import dpcourse
-from dpcourse import accumulation, examples, memory, precision, viz, widgets
+from dpcourse import accumulation, examples, memory, precision, ranks, viz, widgets
 from dpcourse.costmodel import PRESETS, Workload
 from dpcourse.ddp.demos import collectives, compare
 from dpcourse.ddp.demos.compression import Compression
 from dpcourse.ddp.demos.sampling import SETUPS, rank_orders
 from dpcourse.memory import Setup, sized_mlp
 from dpcourse.quiz import EXPERIMENTS, run_experiment
-from dpcourse.sharded import ranks, zero3_measure
+from dpcourse.sharded import zero3_measure
 from dpcourse.ui import png, redraw
 from dpcourse.viz.gallery import FIGURES as GALLERY
 from dpcourse.viz.gallery import example_trace

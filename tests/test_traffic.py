@@ -1,9 +1,9 @@
-"""ddp.processes.traffic: each collective a program calls, once, with the size of the whole collective."""
+"""ranks.traffic: each collective a program calls, once, with the size of the whole collective."""
 
 import torch
 import torch.distributed as dist
 
-from dpcourse.ddp.processes.traffic import counted
+from dpcourse.ranks.traffic import counted
 
 
 def test_each_collective_is_recorded_once_with_the_bytes_of_its_largest_tensor():

@@ -1,4 +1,4 @@
-"""Lesson 18, ZeRO-1: the shared runner (``sharded.ranks``), the teaching implementation (``sharded.zero1``) on
+"""Lesson 18, ZeRO-1: the shared runner (``ranks``), the teaching implementation (``sharded.zero1``) on
 2, 3 and 4 real ranks against one-device Adam, the quiz's experiments in planted worlds, the exercises' planted
 mistakes, and the shard figure's layout."""
 
@@ -14,11 +14,11 @@ import jupytext
 import pytest
 import torch
 
-from dpcourse import exercises
+from dpcourse import exercises, ranks
 from dpcourse.exercises.check import FAILED, PASSED
 from dpcourse.quiz import run_experiment
 from dpcourse.quiz.bank import load_lesson
-from dpcourse.sharded import ranks, zero1
+from dpcourse.sharded import zero1
 from dpcourse.viz.shards import shard_layout
 from tests import zero1_programs as programs
 from tests.figure_checks import problems

@@ -10,12 +10,12 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from dpcourse import examples, exercises
+from dpcourse import examples, exercises, ranks
 from dpcourse.exercises import lesson19
 from dpcourse.exercises.check import FAILED, PASSED
 from dpcourse.quiz import run_experiment
 from dpcourse.quiz.bank import load_lesson
-from dpcourse.sharded import ranks, zero1, zero2, zero2_measure
+from dpcourse.sharded import zero1, zero2, zero2_measure
 from dpcourse.viz.zero2 import gradient_bytes
 from tests.figure_checks import problems
 from tests.lesson_solutions import solution

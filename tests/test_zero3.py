@@ -13,11 +13,11 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from dpcourse import exercises
-from dpcourse.ddp.processes.launcher import launch
+from dpcourse import exercises, ranks
 from dpcourse.exercises.check import FAILED, PASSED
 from dpcourse.quiz import find_question, run_experiment
-from dpcourse.sharded import ranks, rings, zero3, zero3_measure
+from dpcourse.ranks.launcher import launch
+from dpcourse.sharded import rings, zero3, zero3_measure
 from dpcourse.sharded.zero1 import shard_range
 from dpcourse.viz.zero3 import zero3_memory
 from tests.figure_checks import problems

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from subprocess import CompletedProcess
 from unittest import mock
 
-from dpcourse.ddp.processes.torchrun import torchrun
+from dpcourse.ranks.torchrun import torchrun
 
 TEARDOWN_ABORT = "terminate called without an active exception"
 

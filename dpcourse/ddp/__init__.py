@@ -17,7 +17,7 @@ numbers::
     print(ddp.buffers())                # BatchNorm buffers broadcast from rank 0 at every forward
     print(ddp.check_buckets())          # GradientBuckets (ours, ~60 lines) = DDP's gradients
     trace = ddp.trace_ddp_steps()       # per-rank spans, a dpcourse.trace.Trace; ddp.trace_dp_steps() for DP
-    ddp.crash("kill")                   # WorkerError: rank 1 was killed by SIGKILL
+    ddp.crash("kill")                   # RankError: rank 1 was killed by SIGKILL
 
 From a shell, the running example's training as a DDP script (lesson 17's), on one machine::
 
@@ -61,11 +61,11 @@ What changes on several machines:
 * Timelines from different machines cannot be aligned: each machine has its own clock.
 """
 
+from ..ranks.launcher import RankError, launch
 from .demos.equivalence import Buffers, Gradients, Training, buffers, gradients, train
 from .demos.failures import crash
 from .demos.traced_steps import trace_ddp_steps, trace_dp_steps
 from .implementations.reducer import BucketCheck, GradientBuckets, check_buckets
-from .processes.launcher import WorkerError, launch
 
 __all__ = [
     "BucketCheck",
@@ -73,7 +73,7 @@ __all__ = [
     "GradientBuckets",
     "Gradients",
     "Training",
-    "WorkerError",
+    "RankError",
     "buffers",
     "check_buckets",
     "crash",

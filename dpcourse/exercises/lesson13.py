@@ -1,6 +1,6 @@
 """Lesson 13's exercises: two all-reduces written with send and recv, run on real ranks next to dist.all_reduce.
 
-Each case starts 2, 3 or 4 ranks (``dpcourse.ddp.processes.learner.run_on_ranks``): the learner's function travels there
+Each case starts 2, 3 or 4 ranks (``dpcourse.ranks.learner.run_on_ranks``): the learner's function travels there
 as its source, runs on rank r's tensor, and is judged on every rank's result (against ``dist.all_reduce``), on
 the collectives it called (none allowed), and on the bytes each rank sent, counted.
 """
@@ -9,7 +9,7 @@ import math
 
 import torch
 
-from dpcourse.ddp.processes import learner
+from dpcourse.ranks import learner
 
 from .check import Case, Exercise, first_difference
 

@@ -4,7 +4,7 @@ and a whole ZeRO-1 training program run on 2, 3 and 4 real ranks next to one-dev
 The two counting exercises are judged on every rank at once (the learner's function is called once per rank)
 and on an exhaustive grid of sizes. The training program is judged on the weights every rank ends with, under
 Adam and under SGD (where a gradient summed instead of averaged moves the weights n times too far, a mistake Adam
-hides), and on the optimizer state each rank's optimizers hold (``sharded.ranks`` measures it in the rank).
+hides), and on the optimizer state each rank's optimizers hold (``ranks`` measures it in the rank).
 """
 
 import inspect
@@ -13,8 +13,8 @@ import math
 
 import torch
 
-from dpcourse import examples
-from dpcourse.sharded import ranks, zero1
+from dpcourse import examples, ranks
+from dpcourse.sharded import zero1
 
 from .check import Case, Exercise
 

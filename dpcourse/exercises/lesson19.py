@@ -13,7 +13,8 @@ import itertools
 import math
 import random
 
-from dpcourse.sharded import ranks, zero2, zero2_check
+from dpcourse import ranks
+from dpcourse.sharded import zero2, zero2_check
 
 from .check import Case, Exercise
 

@@ -1,8 +1,8 @@
 """Lesson 20's exercises: ZeRO-3's bytes per step, its all-gather and its reduce-scatter, the last two on real ranks.
 
 ``zero3_bytes_per_step`` is judged against ``sharded.zero3_measure.bytes_per_step`` on a grid of layer sizes and
-ranks (a test holds that formula to the bytes ``ddp.processes.traffic.counted`` counts on real ranks).
-``gather_full`` and ``shard_of_gradient`` travel to 3 ranks as their source (``sharded.ranks.train_on_ranks``), are
+ranks (a test holds that formula to the bytes ``ranks.traffic.counted`` counts on real ranks).
+``gather_full`` and ``shard_of_gradient`` travel to 3 ranks as their source (``ranks.train_on_ranks``), are
 called once on known numbers, then replace the library's collective in ZeRO-3 training, whose weights after 3 steps
 must equal one-device Adam's, then are called once more on float64 numbers that float32 cannot hold, which must come
 back exactly, in float64. ``watched`` counts the collectives of every call of the learner's function
@@ -16,11 +16,12 @@ import math
 import torch
 import torch.distributed as dist
 
-from dpcourse.ddp.processes.by_source import SourceFunction
-from dpcourse.ddp.processes.launcher import device
-from dpcourse.ddp.processes.learner import placed
-from dpcourse.ddp.processes.traffic import counted
-from dpcourse.sharded import ranks, zero3_measure
+from dpcourse import ranks
+from dpcourse.ranks.by_source import SourceFunction
+from dpcourse.ranks.launcher import device
+from dpcourse.ranks.learner import placed
+from dpcourse.ranks.traffic import counted
+from dpcourse.sharded import zero3_measure
 from dpcourse.sharded.zero1 import shard_range
 
 from .check import Case, Exercise, first_difference

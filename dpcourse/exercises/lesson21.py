@@ -4,7 +4,7 @@ reads when a sharded checkpoint is loaded on another number of ranks, and a whol
 The first two take numbers and are judged against the rules torch follows (``sharded.zero_optimizer``,
 ``sharded.checkpoint_sharded``; ``tests/test_fsdp2.py`` checks those rules against real ranks), on a few
 described cases and then on generated ones: seeded random sizes, and every small grid of rows and ranks. The
-third runs the learner's training program on real ranks (``sharded.ranks.train_on_ranks``) inside ``watched``,
+third runs the learner's training program on real ranks (``ranks.train_on_ranks``) inside ``watched``,
 compares the weights with one-device Adam, and looks at the FSDP units the program made: right weights come as
 well from one unit for the whole model, which the lesson shows gathering every parameter at once.
 """
@@ -14,15 +14,14 @@ import random
 from torch import nn
 from torch.distributed.fsdp import FSDPModule
 
-from dpcourse import examples
-from dpcourse.ddp.processes.by_source import SourceFunction
-from dpcourse.sharded import ranks
+from dpcourse import examples, ranks
+from dpcourse.ranks.by_source import SourceFunction
 from dpcourse.sharded.checkpoint_sharded import rows_to_read
 from dpcourse.sharded.zero_optimizer import greedy_partition
 
 from .check import Case, Exercise
 
-# The course's model (sharded.ranks.WIDTHS): 0.weight, 0.bias, 2.weight, 2.bias, 4.weight, 4.bias.
+# The course's model (ranks.WIDTHS): 0.weight, 0.bias, 2.weight, 2.bias, 4.weight, 4.bias.
 MODEL_SIZES = [120, 15, 225, 15, 60, 4]
 
 

@@ -23,9 +23,9 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, DistributedSampler
 
-from dpcourse.ddp.processes.launcher import backend_for
-from dpcourse.ddp.processes.torchrun import torchrun
 from dpcourse.examples import make_model, max_weight_difference, regression_loss
+from dpcourse.ranks import backend_for
+from dpcourse.ranks.torchrun import torchrun
 from dpcourse.scripts import train_dp
 from dpcourse.scripts.common import BATCH, LR, SEED, make_dataset
 

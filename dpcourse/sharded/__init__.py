@@ -7,5 +7,5 @@ only a shard of them on each rank, stage by stage (lessons 18-21):
     stage 2   also the gradients: a reduce-scatter instead of DDP's all-reduce
     stage 3   also the parameters: each layer's are all-gathered before it runs and freed after (FSDP)
 
-The modules here run on ranks started by ``dpcourse.ddp.processes.launcher.launch``, gloo on CPUs or NCCL on GPUs.
+The modules here run on ranks started by ``dpcourse.ranks.launcher.launch``, gloo on CPUs or NCCL on GPUs.
 """

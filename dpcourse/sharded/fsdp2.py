@@ -13,7 +13,7 @@ an empty shard (``_fsdp_param.py: FSDPParam._init_sharded_param``). A forward pr
 parameters and swaps plain, full ``nn.Parameter``s in; after the forward it frees them again unless
 ``reshard_after_forward=False``; the backward gathers them again (if freed) and reduce-scatters the gradients.
 
-These are training programs for ``sharded.ranks.train_on_ranks``, with measurements for lesson 21:
+These are training programs for ``ranks.train_on_ranks``, with measurements for lesson 21:
 ``watched_step`` counts the collectives of one step and the bytes of full (gathered) parameters held.
 """
 
@@ -26,10 +26,10 @@ from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor
 
-from ..ddp.processes.launcher import device
-from ..ddp.processes.traffic import counted
 from ..examples import regression_loss
 from ..memory.accounting import state_tensors
+from ..ranks.launcher import device
+from ..ranks.traffic import counted
 
 
 def linear_layers(model: nn.Module) -> list[nn.Linear]:

@@ -31,10 +31,10 @@ from torch.distributed.tensor import DTensor
 
 from dpcourse.ddp.demos.memory import bucket_bytes
 from dpcourse.ddp.per_rank import shard, wrap
-from dpcourse.ddp.processes.launcher import device, launch
 from dpcourse.examples import loss_fn
 from dpcourse.memory.accounting import Breakdown, SavedTensors, device_bytes, state_tensors, storage_bytes
 from dpcourse.memory.setup import Setup, make_optimizer, optimizer_class
+from dpcourse.ranks.launcher import device, launch
 
 from . import fsdp2
 
@@ -139,7 +139,7 @@ def measure_sharded(setups: Sequence[Setup], timeout: float = 120.0) -> list[Bre
 
     One launch for them all: starting the ranks costs more than a small model's steps. Returns one
     ``Breakdown`` per setup, its ``devices`` the ranks' bytes per category. Ranks use gloo on the CPU unless every
-    rank has a GPU of its own (``dpcourse.ddp.processes.launcher.backend_for``).
+    rank has a GPU of its own (``dpcourse.ranks.backend_for``).
     """
     if not setups:
         raise ValueError("measure_sharded needs at least one Setup(kind='ZeRO-1', devices=2, ...).")

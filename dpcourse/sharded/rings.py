@@ -1,7 +1,7 @@
 """All-gather and reduce-scatter as rings of point-to-point messages: the two halves of lesson 13's ring all-reduce.
 
 gloo runs ``dist.all_gather`` and ``dist.reduce_scatter`` inside the backend, where
-``ddp.processes.traffic.counted`` sees that they were called but not what they sent. Written with ``dist.isend`` and
+``ranks.traffic.counted`` sees that they were called but not what they sent. Written with ``dist.isend`` and
 ``dist.recv``, as ``ddp.implementations.allreduce.ring_all_reduce`` is, every byte goes through the process group's
 ``send`` and ``recv``, and ``counted`` counts it. Both take one piece per rank, of one size, as the collectives do:
 

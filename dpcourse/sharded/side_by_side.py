@@ -10,8 +10,8 @@ False and True. Predicted with ``memory.predict``, whose formulas are in ``memor
 from ..examples.model import MLP
 from ..memory import Setup, measure, predict, sized_mlp
 from ..memory.accounting import Breakdown
+from ..ranks.training import WIDTHS
 from . import memory as sharded_memory
-from .ranks import WIDTHS
 
 KINDS = ("DataParallel", "DDP", "ZeRO-1", "ZeRO-2", "ZeRO-3")
 LABELS = {

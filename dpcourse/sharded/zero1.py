@@ -15,7 +15,7 @@ An all-gather wants the same number of elements from every rank, so a short slic
 before the gather and the padding is cut off after it (``all_gathered``).
 
 ``ddp_program``, ``zero1_program`` and ``ddp_then_zero1`` are training programs for
-``sharded.ranks.train_on_ranks``; ``uneven_all_gather`` shows what gloo does with shards that are not padded.
+``ranks.train_on_ranks``; ``uneven_all_gather`` shows what gloo does with shards that are not padded.
 """
 
 import copy
@@ -29,10 +29,10 @@ from torch.nn.utils import parameters_to_vector, vector_to_parameters
 from .. import examples
 from ..ddp.demos.memory import bucket_bytes
 from ..ddp.per_rank import wrap
-from ..ddp.processes.launcher import device, launch
 from ..examples import regression_batch, regression_loss
 from ..memory.accounting import state_tensors, storage_bytes
-from .ranks import WIDTHS, parameter_count
+from ..ranks.launcher import device, launch
+from ..ranks.training import WIDTHS, parameter_count
 
 
 def shard_range(numel: int, rank: int, world_size: int) -> tuple[int, int]:

@@ -22,8 +22,8 @@ from torch import nn
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 from .. import examples
-from ..ddp.processes.by_source import SourceFunction
 from ..memory import storage_bytes
+from ..ranks.by_source import SourceFunction
 from . import ranks
 
 

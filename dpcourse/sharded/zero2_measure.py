@@ -27,9 +27,9 @@ from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
 from .. import examples
 from ..ddp.implementations.allreduce import ring_all_reduce
-from ..ddp.processes.traffic import counted
 from ..examples import regression_loss
 from ..memory import storage_bytes
+from ..ranks.traffic import counted
 from . import ranks, rings, zero1, zero2
 
 DEEP = (8, *[15] * 10, 4)  # 2,359 parameters in 20 tensors: uneven over 2, 3 and 4 ranks too

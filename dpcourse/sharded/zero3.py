@@ -22,9 +22,9 @@ are whole at once. ``reshard=False`` keeps each layer whole from its forward to 
 per layer and step instead of two, and the memory of whole layers during backward (FSDP's
 ``reshard_after_forward=False``).
 
-``program`` is a training program for ``sharded.ranks.train_on_ranks``. ``gather`` and ``scatter`` replace the
+``program`` is a training program for ``ranks.train_on_ranks``. ``gather`` and ``scatter`` replace the
 two collectives with a learner's own (lesson 20's exercises); ``ring=True`` runs them as rings of point-to-point
-messages (``sharded.rings``), whose bytes ``ddp.processes.traffic.counted`` counts.
+messages (``sharded.rings``), whose bytes ``ranks.traffic.counted`` counts.
 """
 
 import math
@@ -228,7 +228,7 @@ class Zero3:
 
 def program(model: nn.Sequential, batches: list, lr: float, prefetch: bool = False, reshard: bool = True,
             ring: bool = False, gather: Callable | None = None, scatter: Callable | None = None) -> dict:
-    """ZeRO-3 training with Adam on this rank's slices: a program for ``sharded.ranks.train_on_ranks``."""
+    """ZeRO-3 training with Adam on this rank's slices: a program for ``ranks.train_on_ranks``."""
     sharded = Zero3(model, prefetch, reshard, ring=ring, gather=gather, scatter=scatter)
     optimizer = torch.optim.Adam(sharded.shards(), lr=lr)
     for x, y in batches:

@@ -1,9 +1,9 @@
 """ZeRO-3 next to DDP on the same ranks: memory per rank over a step, bytes on the wire, and the learner's checks.
 
-``compare`` is a training program for ``sharded.ranks.train_on_ranks`` that trains the same model several ways
+``compare`` is a training program for ``ranks.train_on_ranks`` that trains the same model several ways
 in one launch of the ranks (starting ranks costs seconds): DDP, ZeRO-3, ZeRO-3 with prefetch, ZeRO-3 without
 resharding. Every way runs its collectives as rings of point-to-point messages (``sharded.rings``,
-``ddp.implementations.allreduce.ring_all_reduce``), so that ``ddp.processes.traffic.counted`` counts every byte
+``ddp.implementations.allreduce.ring_all_reduce``), so that ``ranks.traffic.counted`` counts every byte
 sent. The last step of each way runs under lesson 15's profiler (``memory.peak.allocations``): every allocation
 and free, in order, on top of what the rank held when the step began (``memory.accounting.storage_bytes`` of its
 parameters or shards, Adam's state and its batch).
@@ -22,12 +22,12 @@ from torch import nn
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
 from ..ddp.implementations.allreduce import ring_all_reduce
-from ..ddp.processes.by_source import SourceFunction
-from ..ddp.processes.launcher import device
-from ..ddp.processes.traffic import counted
 from ..examples import regression_loss
 from ..memory.accounting import state_tensors, storage_bytes
 from ..memory.peak import allocations, phase_of, phased_step
+from ..ranks.by_source import SourceFunction
+from ..ranks.launcher import device
+from ..ranks.traffic import counted
 from . import ranks, zero3
 from .zero1 import shard_range
 

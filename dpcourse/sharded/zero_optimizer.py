@@ -14,9 +14,9 @@ from torch import nn
 from torch.distributed.optim import ZeroRedundancyOptimizer
 
 from ..ddp.per_rank import wrap
-from ..ddp.processes.launcher import device
 from ..examples import regression_loss
 from ..memory.accounting import state_tensors, storage_bytes
+from ..ranks.launcher import device
 
 
 def greedy_partition(sizes: list[int], world_size: int) -> list[int]:

@@ -14,7 +14,7 @@
 # Everything below runs for real: DDP from `torch`, in **2 processes** talking through a [process group](00_start_here.ipynb#Glossary)
 # backend, started from this notebook by `dpcourse.ddp` (`dpcourse/ddp/`):
 # [NCCL](00_start_here.ipynb#Glossary) on the GPUs when the machine has a GPU for each rank, else gloo on
-# the CPU (`ddp.processes.launcher.backend_for`). The first launch starts a helper process that imports torch once;
+# the CPU (`ranks.backend_for`). The first launch starts a helper process that imports torch once;
 # the later launches reuse it, so only the first one waits for that import.
 
 # %%
@@ -51,7 +51,7 @@ from dpcourse import costmodel, ddp, examples, exercises, quiz, viz, widgets
 # process group (its docstring, `torch/nn/parallel/distributed.py`). Something must also start the
 # processes; `torchrun` does it from a shell (last section), and `ddp.launch` does the same from a
 # notebook: it starts 2 processes, sets the variables torchrun would set and calls `init_process_group`
-# in each before running any experiment (`dpcourse/ddp/processes/launcher.py`, `_run_rank`).
+# in each before running any experiment (`dpcourse/ranks/launcher.py`, `_run_rank`).
 #
 # Below, `ddp.train` trains the running example's MLP (8 → 16 → 4, mean-squared-error loss) for 3 steps
 # under DDP, on 2 ranks with 8 of the 16 samples of each batch each, and prints the backend your machine
@@ -83,13 +83,13 @@ print("DataParallel: this process; the replicas' forwards ran in threads",
 # DDP for any number of GPUs, not only "beyond two or three".
 #
 # A rank can also fail on its own. When one raises, `ddp.launch` stops the others and raises a
-# `WorkerError` in the notebook that names the rank and carries its traceback, much as DataParallel
+# `RankError` in the notebook that names the rank and carries its traceback, much as DataParallel
 # re-raises "Caught ... in replica 1" (lesson 04). Your pids and paths will differ:
 
 # %% tags=["nbval-ignore-output"]
 try:
     ddp.crash("raise", rank=1)
-except ddp.WorkerError as error:
+except ddp.RankError as error:
     print(f"{type(error).__name__}, failing rank {error.rank}:")
     print("\n".join(str(error).splitlines()[:9]))
 print("ranks still running:", multiprocessing.active_children())
@@ -302,7 +302,7 @@ viz.timeline(gpu.traces[3][-1], gpu.label)
 
 # %% [markdown]
 # The course's GPU benchmark (`docs/benchmarks.md`, GPU section) also ran DDP with 2 processes sharing that
-# one GPU (with gloo: the course uses NCCL only with a GPU per rank, `ddp.processes.launcher.backend_for`) against
+# one GPU (with gloo: the course uses NCCL only with a GPU per rank, `ranks.backend_for`) against
 # DataParallel on `[0, 0]`; one GPU cannot show how either scales across GPUs.
 
 # %% [markdown]

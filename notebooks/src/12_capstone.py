@@ -188,7 +188,7 @@ exercises.check("capstone_data_parallel", data_parallel)
 # the ranks average their gradients, as DDP does, and share the updated shards with an all-gather, padded where a
 # shard is short.
 #
-# The check starts 2, 3 and 4 ranks (lesson 18's `dpcourse.sharded.ranks.train_on_ranks`) on a model lesson 18
+# The check starts 2, 3 and 4 ranks (lesson 18's `dpcourse.ranks.train_on_ranks`) on a model lesson 18
 # did not use, whose parameters never split evenly, runs your function with `torch.optim.Adam` and again with
 # `torch.optim.SGD` (where a gradient summed instead of averaged moves the weights n times too far, a mistake
 # Adam hides), and compares every rank's weights with the same optimizer's on one device training on each whole

@@ -26,7 +26,7 @@ from IPython.display import display
 
 from dpcourse import exercises, quiz, viz
 from dpcourse.ddp.demos import collectives, compare, pointtopoint
-from dpcourse.ddp.processes.launcher import backend_for
+from dpcourse.ranks import backend_for
 
 print({f"{n} ranks": backend_for(n) for n in (2, 3, 4)})
 
@@ -158,8 +158,8 @@ with quiz.reveal("13-send-first"):
 # and `dist.isend` only.
 #
 # The check starts 3 ranks, then 4, and runs your function in each, next to `dist.all_reduce` on a copy
-# of the same tensor (`dpcourse/ddp/processes/learner.py`). A rank cannot import a function from a notebook cell, so
-# the check sends it the function's *source* and runs that there (`dpcourse/ddp/processes/by_source.py`): what your
+# of the same tensor (`dpcourse/ranks/learner.py`). A rank cannot import a function from a notebook cell, so
+# the check sends it the function's *source* and runs that there (`dpcourse/ranks/by_source.py`): what your
 # function uses from outside it must be a module (`torch`, `dist`), a plain value or another function of
 # yours. The check counts the bytes each rank sends, and refuses collectives: the point is to write one.
 
@@ -245,7 +245,7 @@ exercises.check("ring_all_reduce_on_ranks", ring_all_reduce_on_ranks)
 # `dpcourse/ddp/implementations/allreduce.py` holds both algorithms as you wrote them. `compare.compare()` starts 4 ranks
 # once, forms groups of the first 2, 3 and 4 of them (`dist.new_group`), and runs both algorithms, and gloo's
 # own `dist.all_reduce`, on float32 tensors of three sizes, from 4.8 kB to 1.92 MB. The bytes every rank sent
-# are counted (`dpcourse/ddp/processes/traffic.py` wraps the process group's `send` and `recv`), and every result is
+# are counted (`dpcourse/ranks/traffic.py` wraps the process group's `send` and `recv`), and every result is
 # checked against `dist.all_reduce`. The bytes are the algorithm's, the same on any machine; the table shows
 # them for the smallest tensor, S = 4,800 bytes, and the other sizes give the same multiples of S:
 

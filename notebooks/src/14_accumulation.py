@@ -13,7 +13,7 @@
 # DataParallel runs on `dpcourse.devices(2)`, with the model moved to `devices[0]` before it is wrapped. DDP
 # runs in 2 processes started from this notebook as in lesson 10, on [NCCL](00_start_here.ipynb#Glossary) only
 # when every [rank](00_start_here.ipynb#Glossary) has a GPU of its own: NCCL needs one GPU per rank, so on a machine with one GPU (or none) the
-# ranks use gloo and keep their tensors on the CPU (`backend_for` in `dpcourse/ddp/processes/launcher.py`). Both are
+# ranks use gloo and keep their tensors on the CPU (`backend_for` in `dpcourse/ranks/launcher.py`). Both are
 # printed below.
 
 # %%
@@ -25,7 +25,7 @@ from IPython.display import display
 import dpcourse
 from dpcourse import accumulation, examples, exercises, quiz, viz
 from dpcourse.ddp.demos import accumulation as ddp_accumulation
-from dpcourse.ddp.processes.launcher import backend_for
+from dpcourse.ranks import backend_for
 
 devices = dpcourse.devices(2)
 print("DataParallel's devices:", devices, "| the backend of 2 DDP ranks here:", backend_for(2))

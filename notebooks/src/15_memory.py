@@ -23,8 +23,8 @@ from IPython.display import display
 
 from dpcourse import exercises, memory, quiz, viz, widgets
 from dpcourse.ddp.demos import memory as ddp_memory
-from dpcourse.ddp.processes.launcher import backend_for
 from dpcourse.memory import MIB, Setup
+from dpcourse.ranks import backend_for
 
 print("the backend of 2 DDP ranks here:", backend_for(2))
 

@@ -25,7 +25,7 @@ from IPython.display import display
 
 from dpcourse import examples, exercises, precision, quiz, viz
 from dpcourse.ddp.demos import compression as ddp_compression
-from dpcourse.ddp.processes.launcher import backend_for
+from dpcourse.ranks import backend_for
 
 model = examples.make_model()  # stays on the CPU: this lesson is about CPU autocast
 x, y = examples.make_batch(8)

@@ -13,7 +13,7 @@
 # Lesson 10 showed what DistributedDataParallel (DDP) does inside: one process per rank, averaged gradients,
 # weights copied once, bucketed [all-reduce](00_start_here.ipynb#Glossary). This lesson is about the script
 # around it. Every experiment runs on real ranks: 2 processes started from this notebook by `ddp.launch`
-# (`dpcourse/ddp/processes/launcher.py`), which stops every rank on any error or timeout. They talk through gloo with CPU
+# (`dpcourse/ranks/launcher.py`), which stops every rank on any error or timeout. They talk through gloo with CPU
 # tensors unless every rank has a GPU of its own: [NCCL](00_start_here.ipynb#Glossary) needs one GPU per rank,
 # so on a machine with one GPU the 2 ranks use gloo and the CPU (the backend is printed below). As in lesson 10,
 # the first launch waits for a helper process to import torch.
@@ -32,8 +32,7 @@ from torch.utils.data import DistributedSampler, RandomSampler
 from dpcourse import examples, exercises, quiz, viz
 from dpcourse.ddp.demos import batchnorm, checkpoint, sampling, uneven, unused
 from dpcourse.ddp.implementations import syncbn
-from dpcourse.ddp.processes import torchrun
-from dpcourse.ddp.processes.launcher import backend_for
+from dpcourse.ranks import backend_for, torchrun
 from dpcourse.scripts import common, train_ddp, train_dp
 
 print("the backend of 2 DDP ranks here:", backend_for(2))
@@ -412,7 +411,7 @@ print(f"epoch {epoch}: every DataParallel batch is rank 0's batch plus rank 1's 
 # %% [markdown]
 # Now run both: the DataParallel script here, on 2 CPU devices, and the DDP script with torchrun, in 2
 # processes started by a torchrun agent. `torchrun.torchrun` runs the command with a deadline and stops the
-# agent and its workers if it passes (`dpcourse/ddp/processes/torchrun.py`). Each of the 3 new processes imports
+# agent and its workers if it passes (`dpcourse/ranks/torchrun.py`). Each of the 3 new processes imports
 # torch, which makes this the slowest cell of the lesson; the automatic checks of the course skip it
 # (`nbval-skip`) and run the same two scripts in `tests/test_ddp_practice.py` instead. The output below is
 # the stored run; yours should print the same losses:

@@ -16,7 +16,7 @@
 # Lesson 15 counted what one device holds for a training step: with Adam, the optimizer state alone is twice
 # the parameters. Lesson 10 showed that DDP gives every rank a whole copy of the model; lesson 13 wrote the
 # all-reduce and met the all-gather. This lesson puts them together. Everything runs on real ranks started from
-# this notebook (`dpcourse/sharded/ranks.py`, on `dpcourse.ddp.launch`), gloo with CPU tensors unless every rank
+# this notebook (`dpcourse/ranks/training.py`, on `dpcourse.ddp.launch`), gloo with CPU tensors unless every rank
 # has a GPU of its own ([NCCL](00_start_here.ipynb#Glossary)). The backend here, by the number of ranks:
 
 # %%
@@ -27,9 +27,9 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
-from dpcourse import examples, exercises, quiz
-from dpcourse.ddp.processes.launcher import backend_for
-from dpcourse.sharded import ranks, zero1
+from dpcourse import examples, exercises, quiz, ranks
+from dpcourse.ranks import backend_for
+from dpcourse.sharded import zero1
 from dpcourse.viz.shards import shard_layout
 
 print({f"{n} ranks": backend_for(n) for n in (2, 3, 4)})
@@ -187,7 +187,7 @@ for n, results in runs.items():
 #
 # ## What it costs: one more collective per step
 # `ranks.train_on_ranks` records every collective a program calls through `torch.distributed`, with the bytes
-# of its whole tensor: the tensor all-reduced, the all-gather's whole output (`ddp.processes.traffic.counted`). DDP's
+# of its whole tensor: the tensor all-reduced, the all-gather's whole output (`ranks.traffic.counted`). DDP's
 # reducer calls its all-reduces from C++ (`torch/csrc/distributed/c10d/reducer.cpp`), where that record cannot
 # see them: the run below trained DDP for 3 steps, then ZeRO-1 for 3, and only ZeRO-1's collectives were
 # recorded. DDP's buckets report their size instead (`ddp.demos.memory.bucket_bytes`), and every step it all-reduces
@@ -202,7 +202,7 @@ print("DDP, one step: all-reduce of its buckets,", runs[4][0]["ddp"]["bucket_byt
 # %% [markdown]
 # ZeRO-1 all-reduces the same gradient as DDP, then all-gathers the whole parameter vector (padded). How many
 # bytes does each rank send for them? That depends on the backend's algorithm, which runs inside gloo or NCCL,
-# where `dpcourse.ddp.processes.traffic` cannot count it. **A prediction**, if both ran as rings (lesson 13, where the
+# where `dpcourse.ranks.traffic` cannot count it. **A prediction**, if both ran as rings (lesson 13, where the
 # ring all-reduce's bytes were counted): an all-reduce of S bytes sends 2(n − 1)/n · S per rank, an all-gather
 # of an output of S bytes (n − 1)/n · S, the all-reduce's second half.
 

@@ -15,7 +15,7 @@
 # Lesson 18's ZeRO-1 all-reduces the whole gradient, so every rank receives all of it, then steps only its
 # shard and throws the rest away. Lesson 13 cut the all-reduce in two: after the reduce-scatter half, each rank
 # already holds the finished sum of one piece. ZeRO-2 stops there for the gradients. As in lesson 18, every
-# run starts real ranks from this notebook (`dpcourse/sharded/ranks.py`), gloo with CPU tensors unless every
+# run starts real ranks from this notebook (`dpcourse/ranks/training.py`), gloo with CPU tensors unless every
 # rank has a GPU of its own ([NCCL](00_start_here.ipynb#Glossary)). The backend here, by the number of ranks:
 
 # %%
@@ -26,9 +26,9 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from IPython.display import display
 
-from dpcourse import examples, exercises, quiz
-from dpcourse.ddp.processes.launcher import backend_for
-from dpcourse.sharded import ranks, zero2, zero2_measure
+from dpcourse import examples, exercises, quiz, ranks
+from dpcourse.ranks import backend_for
+from dpcourse.sharded import zero2, zero2_measure
 from dpcourse.viz.zero2 import gradient_bytes
 
 print({f"{n} ranks": backend_for(n) for n in (2, 3, 4)})

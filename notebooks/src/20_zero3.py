@@ -22,9 +22,9 @@ import torch
 import torch.distributed as dist
 from IPython.display import display
 
-from dpcourse import examples, exercises, quiz
-from dpcourse.ddp.processes.launcher import backend_for
-from dpcourse.sharded import ranks, zero3_measure
+from dpcourse import examples, exercises, quiz, ranks
+from dpcourse.ranks import backend_for
+from dpcourse.sharded import zero3_measure
 from dpcourse.sharded.zero1 import shard_range
 from dpcourse.viz.zero3 import zero3_memory
 

@@ -33,8 +33,8 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 
 from dpcourse import exercises, quiz
-from dpcourse.ddp.processes.launcher import backend_for
 from dpcourse.memory import sized_mlp
+from dpcourse.ranks import backend_for
 from dpcourse.sharded import checkpoint_sharded, practice, ranks, side_by_side
 
 print({f"{n} ranks": backend_for(n) for n in (2, 3)})

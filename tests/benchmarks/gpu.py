@@ -13,9 +13,9 @@ import torch.distributed as dist
 from torch import nn
 
 import dpcourse
-from dpcourse.ddp.processes.launcher import launch
 from dpcourse.examples.model import MLP
 from dpcourse.models_to_time import ModelToTime
+from dpcourse.ranks.launcher import launch
 from dpcourse.timing import Sample, cuda_seconds, interleaved, wall_time
 
 from .models import batch_size, dp_step, models, tracing_cost, training_step

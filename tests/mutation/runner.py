@@ -19,7 +19,7 @@ from multiprocessing import forkserver, resource_tracker
 from . import exercises
 
 PASSED, FAILED, TIMEOUT, CRASHED = "passed", "failed", "timeout", "crashed"
-# What dpcourse's launcher preloads in the forkserver it starts the ranks from (dpcourse/ddp/processes/launcher.py).
+# What dpcourse's launcher preloads in the forkserver it starts the ranks from (dpcourse/ranks/launcher.py).
 PRELOAD = ["dpcourse.ddp", "torch._dynamo", "dpcourse.sharded.zero1", "dpcourse.sharded.zero2",
            "dpcourse.sharded.zero3", "dpcourse.sharded.fsdp2"]
 

@@ -21,8 +21,8 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
 from ...accumulation import RULES, weight
 from ...examples import flat_grad, gap, make_model, max_difference, regression_batch, regression_loss, single_device
+from ...ranks.launcher import device, launch
 from ..per_rank import wrap
-from ..processes.launcher import device, launch
 
 SCHEDULES = {
     "every micro-step": "forward and backward as usual: every backward all-reduces",

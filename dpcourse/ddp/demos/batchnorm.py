@@ -15,9 +15,9 @@ from torch import nn
 from dpcourse import examples
 
 from ...examples import flat_weights, gap, max_difference, regression_batch, regression_loss
+from ...ranks.launcher import device, launch
 from ..implementations.syncbn import SyncBatchNorm1d, global_stats
 from ..per_rank import wrap
-from ..processes.launcher import device, launch
 
 KINDS = {"per-replica BatchNorm1d": nn.BatchNorm1d, "SyncBatchNorm1d": SyncBatchNorm1d}
 

@@ -25,8 +25,8 @@ import torch
 import torch.distributed as dist
 
 from ...examples import flat_weights, make_model, max_difference, regression_batch, regression_loss
+from ...ranks.launcher import device, launch
 from ..per_rank import shard, wrap
-from ..processes.launcher import device, launch
 
 
 def _train(ddp_model: torch.nn.Module, optimizer: torch.optim.Optimizer, steps: int, batch: int = 8) -> None:

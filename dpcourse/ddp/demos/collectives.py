@@ -23,7 +23,7 @@ import dataclasses
 import torch
 import torch.distributed as dist
 
-from ..processes.launcher import device, launch
+from ...ranks.launcher import device, launch
 
 CALLS = {
     "broadcast": "dist.broadcast(x, src=0)",

@@ -23,9 +23,9 @@ from dpcourse.data_parallel import DataParallel
 from dpcourse.devices import devices as choose_devices
 from dpcourse.trace import trace
 
+from ...ranks.launcher import device, launch
+from ...ranks.traffic import counted
 from ..implementations.allreduce import reduce_then_broadcast, ring_all_reduce
-from ..processes.launcher import device, launch
-from ..processes.traffic import counted
 
 
 def _gloo(tensor: torch.Tensor, group: dist.ProcessGroup) -> None:

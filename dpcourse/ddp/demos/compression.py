@@ -25,8 +25,8 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from dpcourse.precision import gradient_errors
 
 from ...examples import flat_grad, make_model, regression_batch, regression_loss
+from ...ranks.launcher import device, launch
 from ..per_rank import shard, wrap
-from ..processes.launcher import device, launch
 
 Hook = Callable[[dist.ProcessGroup | None, dist.GradBucket], torch.futures.Future[torch.Tensor]]
 HOOKS = ("none", "fp16_compress_hook", "bf16, dpcourse's copy")  # what ``compression()`` compares by default

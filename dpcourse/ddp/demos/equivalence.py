@@ -25,8 +25,8 @@ from ...examples import (
     regression_loss,
     single_device,
 )
+from ...ranks.launcher import device, launch
 from ..per_rank import shard, wrap
-from ..processes.launcher import device, launch
 
 
 def _row(name: str, values: torch.Tensor) -> str:

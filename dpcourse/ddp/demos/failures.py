@@ -3,7 +3,7 @@
 ``crash(how)`` starts the ranks, lets them meet in one ``all_reduce``, then makes one rank fail while the
 others wait for it in a second ``all_reduce``:
 
-* ``"raise"``: the rank raises ``ValueError``. ``launch`` raises ``WorkerError`` with that rank and its
+* ``"raise"``: the rank raises ``ValueError``. ``launch`` raises ``RankError`` with that rank and its
   traceback; the waiting ranks' all-reduce fails too (the peer closed its connections), which the error
   lists as a consequence.
 * ``"kill"``: the rank is killed with SIGKILL, as the out-of-memory killer would; no traceback exists,
@@ -19,7 +19,7 @@ import time
 import torch
 import torch.distributed as dist
 
-from ..processes.launcher import launch
+from ...ranks.launcher import launch
 
 
 def _crash(how: str, failing_rank: int) -> int:

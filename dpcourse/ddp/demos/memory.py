@@ -18,8 +18,8 @@ from dpcourse.examples import loss_fn
 from dpcourse.memory.accounting import Breakdown, SavedTensors, device_bytes, state_tensors, storage_bytes
 from dpcourse.memory.setup import Setup, make_optimizer
 
+from ...ranks.launcher import device, launch
 from ..per_rank import shard, wrap
-from ..processes.launcher import device, launch
 
 
 def bucket_bytes(ddp_model: torch.nn.Module) -> int:

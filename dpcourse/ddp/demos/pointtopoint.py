@@ -10,7 +10,7 @@ itself waiting in its own ``send``. Every rank waits for another: a deadlock. St
 import torch
 import torch.distributed as dist
 
-from ..processes.launcher import device, launch
+from ...ranks.launcher import device, launch
 
 
 def _pass_right(blocking: bool, numel: int) -> int:

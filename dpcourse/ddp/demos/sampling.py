@@ -22,7 +22,7 @@ import torch
 import torch.distributed as dist
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
-from ..processes.launcher import launch
+from ...ranks.launcher import launch
 
 SETUPS = ("no sampler", "a seed per rank", "no set_epoch", "set_epoch")
 

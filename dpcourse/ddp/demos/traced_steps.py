@@ -32,10 +32,10 @@ from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_
 from ...data_parallel import DataParallel
 from ...devices import devices
 from ...examples import make_model, regression_batch, regression_loss
+from ...ranks.launcher import device, launch
 from ...timing import StepTimes, synchronized_clock, timed_step
 from ...trace import Span, Trace, bytes_of, trace
 from ..per_rank import shard, wrap
-from ..processes.launcher import device, launch
 
 LEARNING_RATE = 0.1
 

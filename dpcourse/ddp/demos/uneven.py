@@ -26,8 +26,8 @@ import torch.distributed as dist
 from torch.nn.utils import vector_to_parameters
 
 from ...examples import flat_weights, make_model, regression_batch, regression_loss
+from ...ranks.launcher import device, launch
 from ..per_rank import wrap
-from ..processes.launcher import device, launch
 
 MODES = ("no join", "join", "join, divide by ranks left")
 LR = 0.1

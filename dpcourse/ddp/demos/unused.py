@@ -26,8 +26,8 @@ import torch.distributed as dist
 from torch import nn
 
 from ...examples import make_model, regression_batch, regression_loss
+from ...ranks.launcher import device, launch
 from ..per_rank import wrap
-from ..processes.launcher import device, launch
 
 
 class TwoHeads(nn.Module):

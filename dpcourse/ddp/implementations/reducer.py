@@ -28,8 +28,8 @@ import torch.distributed as dist
 from torch import nn
 
 from ...examples import flat_grad, make_model, max_difference, regression_batch, regression_loss
+from ...ranks.launcher import device, launch
 from ..per_rank import shard, wrap
-from ..processes.launcher import device, launch
 
 
 class GradientBuckets:

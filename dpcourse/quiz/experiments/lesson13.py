@@ -12,14 +12,14 @@ WAIT = 3.0  # seconds: the ranks of the blocking version are stopped after this 
 
 def blocking_sends_wait() -> Outcome:
     """3 gloo ranks each ``dist.send`` 10 values to the right, then ``dist.recv`` from the left; then with ``isend``."""
-    from dpcourse.ddp import WorkerError
+    from dpcourse.ddp import RankError
     from dpcourse.ddp.demos import pointtopoint
 
     try:
         received, what = pointtopoint.pass_right(3, blocking=True, timeout=WAIT, backend="gloo"), "finished"
     except TimeoutError:
         received, what = None, "waited"
-    except WorkerError as error:
+    except RankError as error:
         received, what = None, f"failed: {str(error).splitlines()[-1]}"
     with_isend = pointtopoint.pass_right(3, blocking=False, backend="gloo")
     text = (

@@ -12,7 +12,8 @@ from ..outcome import Outcome, only_true
 def ddp_state_per_rank() -> Outcome:
     """torch's DDP with Adam on 4 ranks (gloo on CPUs here), 3 steps: Adam's state bytes on each rank, and on one
     device training the same model."""
-    from dpcourse.sharded import ranks, zero1
+    from dpcourse import ranks
+    from dpcourse.sharded import zero1
 
     on_ranks = ranks.train_on_ranks(zero1.ddp_program, 4)
     per_rank = [result["optimizer_state_bytes"] for result in on_ranks]
@@ -57,7 +58,8 @@ def unpadded_all_gather() -> Outcome:
 def sum_instead_of_mean() -> Outcome:
     """ZeRO-1 on 4 ranks whose all-reduced gradients are not divided by 4 (summed, not averaged), 3 steps of
     Adam with lr 0.01, next to one-device Adam on the whole batch: the largest weight difference."""
-    from dpcourse.sharded import ranks, zero1
+    from dpcourse import ranks
+    from dpcourse.sharded import zero1
 
     lr = 1e-2
     summed = ranks.train_on_ranks(zero1.zero1_program, 4, lr=lr, extra={"average": False})

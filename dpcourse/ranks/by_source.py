@@ -9,7 +9,9 @@ where ``inspect.getsource`` finds it. So ``SourceFunction.of(function)`` records
 * the names it uses from outside: its closure's values and the globals its code mentions. Modules travel
   by name and are imported again in the rank; functions from the same cell or module travel as source
   too; any other value travels pickled, and a value that cannot be pickled stays behind (the rank then
-  raises ``NameError`` for it, as Python would);
+  raises ``NameError`` for it, as Python would). A class defined in the notebook, or an object of one (an
+  exception class, a dataclass instance), would travel pickled *by name*, as ``__main__.Config``, which a rank
+  cannot import: ``of`` refuses it at once with a ``TypeError`` that names it and says what to do;
 
 and ``rebuild()``, in the rank, runs the source in a fresh namespace holding those names and returns the
 function. The learner's code runs unchanged, with ``dist`` and ``torch`` as they wrote them, and on the lines it
@@ -21,8 +23,10 @@ import builtins
 import dataclasses
 import importlib
 import inspect
+import io
 import linecache
 import pickle
+import sys
 import textwrap
 import traceback
 import types
@@ -99,6 +103,40 @@ def _names_in(code: types.CodeType) -> Iterator[str]:
             yield from _names_in(constant)
 
 
+class _NotebookClass(Exception):
+    """Raised by ``_NotebookPickler`` on meeting a class that only the notebook's ``__main__`` defines."""
+
+
+class _NotebookPickler(pickle.Pickler):
+    """A pickler that stops at any class of the notebook's ``__main__``, which a rank could not import."""
+
+    def reducer_override(self, obj: Any) -> Any:
+        if isinstance(obj, type) and obj.__module__ == "__main__" and _main_is_a_notebook():
+            raise _NotebookClass(obj.__qualname__)
+        return NotImplemented
+
+
+def _main_is_a_notebook() -> bool:
+    """Whether ``__main__`` is a notebook's or an interactive session's (no file a rank could import it from)."""
+    return not hasattr(sys.modules.get("__main__"), "__file__")
+
+
+def _refuse_notebook_classes(function: types.FunctionType, name: str, value: Any) -> None:
+    try:
+        _NotebookPickler(io.BytesIO()).dump(value)
+    except _NotebookClass as found:
+        what = "a class defined in this notebook" if isinstance(value, type) else \
+            f"a {type(value).__name__} object, and {found} is a class defined in this notebook"
+        raise TypeError(
+            f"{function.__name__} uses {name!r}, {what}. A rank cannot "
+            f"import a notebook, so it cannot rebuild {name!r}. Define {name!r} inside {function.__name__} (its "
+            "source travels with it), or use what a module defines: a built-in exception such as ValueError, a "
+            "dict or a tuple instead of a dataclass."
+        ) from None
+    except Exception:  # not picklable at all: it stays behind (see the module's docstring)
+        pass
+
+
 def _outside_names(function: types.FunctionType) -> Iterator[tuple[str, Any]]:
     closure = zip(function.__code__.co_freevars, function.__closure__ or (), strict=True)
     values = {name: cell.cell_contents for name, cell in closure}
@@ -109,8 +147,10 @@ def _outside_names(function: types.FunctionType) -> Iterator[tuple[str, Any]]:
             yield name, ModuleName(value.__name__)
         elif isinstance(value, types.FunctionType) and value.__module__ in ("__main__", function.__module__):
             yield name, SourceFunction.of(value)
-        elif _picklable(value):
-            yield name, value
+        else:
+            _refuse_notebook_classes(function, name, value)
+            if _picklable(value):
+                yield name, value
 
 
 def _picklable(value: Any) -> bool:

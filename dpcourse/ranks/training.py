@@ -14,9 +14,10 @@ equals full-batch training on one device, which ``one_device`` runs: the oracle.
 *full* parameters, in ``model.parameters()`` order (a program that keeps only a shard gathers them first), or a
 dict with them as ``"parameters"`` and anything more it wants to report (``"state_bytes"``, say).
 
-A program written in a notebook cell travels to the ranks as its source (``ddp.processes.by_source``), as in
-``ddp.processes.learner``: if it raises, the learner's own exception is raised here; if the ranks wait for each other
-forever, a ``TimeoutError`` says what usually causes it.
+A program written in a notebook cell travels to the ranks as its source (``by_source``), as in ``learner``: if it
+raises, the learner's own exception is raised here (``learner.launch_keeping_errors``); if the ranks wait for each
+other forever, a ``TimeoutError`` says which rank waited in which collective. Bad settings are refused before any
+rank starts.
 
 Adam hardly notices a gradient n times too large (it divides by the gradient's running RMS), so a program that sums
 the ranks' gradients instead of averaging them ends within a few 1e-6 of one-device Adam. ``under_adam_and_sgd`` runs
@@ -27,8 +28,8 @@ mistake n times over: compare its ``"sgd"`` weights with ``one_device(optimizer_
 import contextlib
 import copy
 import math
+import pickle
 import sys
-import tempfile
 import types
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -38,11 +39,11 @@ import torch.distributed as dist
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
 from .. import examples
-from ..ddp.processes.by_source import SourceFunction
-from ..ddp.processes.launcher import WorkerError, device, launch
-from ..ddp.processes.learner import keep_error, kept_error
-from ..ddp.processes.traffic import counted
 from ..memory.accounting import state_tensors, storage_bytes
+from .by_source import SourceFunction
+from .launcher import checked_timeout, device
+from .learner import keep_error, launch_keeping_errors
+from .traffic import counted
 
 # 8 inputs -> 15 -> 15 -> 4 outputs: 439 parameters, a number that 2, 3 and 4 ranks cannot split evenly.
 WIDTHS = (8, 15, 15, 4)
@@ -132,9 +133,38 @@ def under_adam_and_sgd(model: torch.nn.Module, batches: list, lr: float, learner
     return {"parameters": program(model, batches, lr, torch.optim.Adam), "sgd": sgd}
 
 
+def _whole(name: str, value: Any, least: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < least:
+        raise ValueError(f"{name} must be a whole number >= {least}; got {value!r}.")
+    return value
+
+
+def _checked_settings(world_size: int, steps: int, lr: float, widths: Sequence[int], samples: int, seed: int,
+                      extra: dict | None) -> None:
+    """Refuse bad settings here, before any rank starts, with the setting's name."""
+    _whole("world_size (the number of ranks to start)", world_size, 1)
+    _whole("steps", steps, 1)
+    _whole("seed", seed, 0)
+    _whole("samples (per step, over all ranks)", samples, 1)
+    if samples % world_size:
+        raise ValueError(f"samples={samples} per step cannot be split evenly over {world_size} ranks: choose a "
+                         f"multiple of {world_size} (24 splits over 2, 3 and 4).")
+    if isinstance(lr, bool) or not isinstance(lr, int | float) or not math.isfinite(lr) or lr <= 0:
+        raise ValueError(f"lr must be a finite number > 0; got {lr!r}.")
+    if isinstance(widths, str | bytes) or not isinstance(widths, Sequence) or len(widths) < 2:
+        raise ValueError(f"widths are the layer widths, inputs first and outputs last, at least two; got {widths!r}.")
+    for width in widths:
+        _whole("every width", width, 1)
+    try:
+        pickle.dumps(extra)
+    except Exception as error:  # pickle raises many kinds
+        raise TypeError(f"extra= travels to every rank pickled, and cannot: {error}. Pass numbers, strings, tensors "
+                        "or importable functions in it.") from None
+
+
 def train_on_ranks(program: Callable, world_size: int, *, steps: int = 3, lr: float = 1e-2,
                    widths: Sequence[int] = WIDTHS, samples: int = 24, seed: int = 0,
-                   timeout: float | None = None, extra: dict | None = None) -> list[dict]:
+                   timeout: float | None = TIMEOUT, extra: dict | None = None) -> list[dict]:
     """Run ``program(model, batches, lr, **extra)`` on ``world_size`` ranks; per rank, a dict of
 
     ``parameters`` (the returned full parameters, CPU tensors), ``sent`` and ``received`` (bytes point to
@@ -142,27 +172,15 @@ def train_on_ranks(program: Callable, world_size: int, *, steps: int = 3, lr: fl
     ``optimizer_state_bytes`` (the state of every optimizer that stepped in the program, after it), ``backend``
     and whatever else the program returned in its dict. ``samples`` per step must split evenly over the ranks.
 
-    Raises the program's own exception if it raised in a rank, ``TypeError`` if a notebook function's source
-    cannot be found, and ``TimeoutError`` if the ranks still run after ``timeout`` (default ``TIMEOUT``) s.
+    Raises ``ValueError`` or ``TypeError`` for bad settings, and ``TypeError`` if a notebook function's source
+    cannot be found or it uses a class of the notebook's, before any rank starts; then the program's own
+    exception if it raised in a rank, a ``RankError`` for any other failure of a rank, and a ``TimeoutError``
+    if the ranks still run after ``timeout`` seconds (``None``: no limit).
     """
-    if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
-        raise ValueError(f"world_size is the number of ranks to start, a whole number >= 1; got {world_size!r}.")
-    if samples % world_size:
-        raise ValueError(f"samples={samples} per step cannot be split evenly over {world_size} ranks: choose a "
-                         f"multiple of {world_size} (24 splits over 2, 3 and 4).")
-    timeout = timeout or TIMEOUT
+    timeout = checked_timeout(timeout)
+    _checked_settings(world_size, steps, lr, widths, samples, seed, extra)
     args = (shippable(program), steps, lr, tuple(widths), samples, seed, dict(extra or {}))
-    with tempfile.TemporaryDirectory(prefix="dpcourse-sharded-") as errors:
-        try:
-            return launch(_train, world_size, (*args, errors), timeout=timeout)
-        except WorkerError as failure:
-            raise (kept_error(failure, errors) or RuntimeError(str(failure).splitlines()[0])) from None
-        except TimeoutError:
-            raise TimeoutError(
-                f"the {world_size} ranks were still training after {timeout:g} s and were stopped: they wait for "
-                "each other. Every rank must call the same collectives in the same order, with tensors of the "
-                "same size (pad uneven shards before an all_gather)."
-            ) from None
+    return launch_keeping_errors(_train, world_size, args, timeout)
 
 
 def one_device(steps: int = 3, lr: float = 1e-2, widths: Sequence[int] = WIDTHS, samples: int = 24,

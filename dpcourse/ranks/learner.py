@@ -9,9 +9,11 @@
 
 The function travels to the ranks as its source (``by_source``), since a rank cannot import a notebook cell.
 If it raises in any rank, the others are stopped and ``run_on_ranks`` raises *the learner's exception*,
-type and message, not a ``WorkerError`` with a traceback: the exercise check shows it as one line, which ends
+type and message, not a ``RankError`` with a traceback: the exercise check shows it as one line, which ends
 with the rank and the learner's own line (``placed``). Ranks that
 wait for each other forever (every rank in a blocking ``send``, say) are stopped after ``TIMEOUT`` seconds.
+``launch_keeping_errors`` is that way of failing, for any function that runs a learner's code on ranks
+(``training.train_on_ranks`` too).
 """
 
 import pickle
@@ -22,7 +24,7 @@ import torch
 import torch.distributed as dist
 
 from .by_source import SourceFunction, own_line
-from .launcher import WorkerError, device, launch
+from .launcher import RankError, checked_timeout, device, launch
 from .traffic import counted
 
 TIMEOUT = 20.0  # seconds; a right answer on 4 ranks takes well under one
@@ -77,38 +79,43 @@ def keep_error(error: Exception, errors: str) -> None:
     Path(errors, f"rank-{dist.get_rank()}.pickle").write_bytes(note)
 
 
-def kept_error(failure: WorkerError, errors: str) -> Exception | None:
+def kept_error(failure: RankError, errors: str) -> Exception | None:
     """In the notebook: the exception the failed rank saved with ``keep_error``, or ``None`` if it saved none."""
     note = Path(errors, f"rank-{failure.rank}.pickle")
     return pickle.loads(note.read_bytes()) if note.exists() else None
 
 
-def _died(failure: WorkerError) -> str:
-    """Why a rank stopped without raising, in the learner's terms (the launcher's message names the signal)."""
+def _died(failure: RankError) -> RankError:
+    """Why a rank stopped without raising, in the learner's terms, where the launcher's words are not enough."""
     if "SIGABRT" in str(failure):
-        return (f"rank {failure.rank} was aborted inside torch.distributed. gloo aborts a rank whose recv gets a "
-                "message of another size than its tensor: does every rank receive into a piece of the size its "
-                "neighbour sends?")
-    return str(failure).splitlines()[0]
+        return RankError(f"rank {failure.rank} was aborted inside torch.distributed. gloo aborts a rank whose recv "
+                         "gets a message of another size than its tensor: does every rank receive into a piece of "
+                         "the size its neighbour sends?", failure.rank, failure.pids)
+    return failure
 
 
-def run_on_ranks(function, inputs: list[torch.Tensor], timeout: float | None = None) -> list[dict]:
+def launch_keeping_errors(worker, world_size: int, args: tuple, timeout: float | None) -> list:
+    """``launch(worker, world_size, (*args, errors), timeout=timeout)``, where ``worker`` saves a learner's exception
+    with ``keep_error(error, errors)``: that exception is raised here, as the learner wrote it; any other failure
+    as the launcher's ``RankError``, which names the rank, how it ended, and its traceback."""
+    with tempfile.TemporaryDirectory(prefix="dpcourse-learner-") as errors:
+        try:
+            return launch(worker, world_size, (*args, errors), timeout=timeout)
+        except RankError as failure:
+            raise (kept_error(failure, errors) or _died(failure)) from None
+
+
+def run_on_ranks(function, inputs: list[torch.Tensor], timeout: float | None = TIMEOUT) -> list[dict]:
     """Call ``function(tensor)`` on ``len(inputs)`` ranks; per rank its ``result``, the ``expected`` all-reduce,
     the bytes it ``sent`` and ``received`` point to point, and the ``collectives`` it called.
 
     Raises the learner's own exception if ``function`` raised in a rank, ``TypeError`` if its source cannot be
-    found, and ``TimeoutError`` if the ranks are still running after ``timeout`` (default ``TIMEOUT``) seconds.
+    found, and ``TimeoutError`` if the ranks are still running after ``timeout`` seconds (``None``: no limit).
     """
+    timeout = checked_timeout(timeout)
     shipped = SourceFunction.of(function)
-    timeout = timeout or TIMEOUT
-    with tempfile.TemporaryDirectory(prefix="dpcourse-learner-") as errors:
-        try:
-            return launch(_learners_function, len(inputs), (shipped, list(inputs), errors), timeout=timeout)
-        except WorkerError as failure:
-            raise (kept_error(failure, errors) or RuntimeError(_died(failure))) from None
-        except TimeoutError:
-            raise TimeoutError(
-                f"the {len(inputs)} ranks were still running after {timeout:g} s and were stopped: they wait for "
-                "each other. Every send needs a matching recv on the other rank, and a blocking dist.send on "
-                "every rank at once never returns: start sends with dist.isend."
-            ) from None
+    try:
+        return launch_keeping_errors(_learners_function, len(inputs), (shipped, list(inputs)), timeout)
+    except TimeoutError as error:
+        raise TimeoutError(f"{error} A blocking dist.send on every rank at once never returns: start sends "
+                           "with dist.isend.") from None

@@ -16,7 +16,9 @@ The notebooks are not executed again: they are committed executed, with their wi
 (``@jupyter-widgets/html-manager``'s ``embed-amd.js``, the 1.x line that renders ipywidgets 8 state) draws the
 quizzes and explorers from it. There is no kernel, so the widgets show their saved state and clicks could
 change nothing that needs Python: every widget's controls are disabled and greyed, under a note that says to
-open the lesson in JupyterLab (``NO_KERNEL``). What the notebooks keep collapsed stays collapsed
+open the lesson in JupyterLab (``NO_KERNEL``). That note is the only one: the "▶ Run this cell" line that the saved
+state of a quiz or explorer shows in JupyterLab (notebooks/build.py writes it) is left out of the pages, which
+have no cell to run (``without_run_this_cell``). What the notebooks keep collapsed stays collapsed
 (``COLLAPSED``): an exercise's solution (its cell's ``jupyter.source_hidden``) and an output that gives away
 the answer of a quiz above it (``jupyter.outputs_hidden``, from the ``reveals-answer`` tag; notebooks/build.py
 sets both) are each inside a closed ``<details>``, one click away, on the pages and in the slides.
@@ -35,6 +37,7 @@ and fails on any, so a lesson that adds one will say so.
 
 import argparse
 import html
+import runpy
 import shutil
 import sys
 import time
@@ -47,6 +50,9 @@ from nbconvert import HTMLExporter, SlidesExporter
 ROOT = Path(__file__).resolve().parent.parent
 NODE_MODULES = ROOT / "docs" / "site" / "node_modules"
 DEFAULT_OUT = ROOT / "site"
+# The sentence a saved widget shows in JupyterLab before its cell runs, read by path as the course's server does.
+RUN_THIS_CELL = runpy.run_path(str(ROOT / "dpcourse" / "jupyter_config" / "run_this_cell.py"))["RUN_THIS_CELL"]
+WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
 
 # What each npm package contributes: (source under node_modules, target under _static/).
 ASSETS = [
@@ -249,8 +255,19 @@ def copy_assets(out: Path) -> None:
             shutil.copy2(font, static / folder / font.name)
 
 
+def without_run_this_cell(notebook: nbformat.NotebookNode, resources: dict) -> tuple[nbformat.NotebookNode, dict]:
+    """An nbconvert preprocessor: the saved widget state without the "Run this cell" sentence, each line that holds
+    it left empty. A page has no cell to run; ``NO_KERNEL``'s note says what the learner needs instead. The
+    exporters run it on their own copy of the notebook."""
+    for model in notebook.metadata.get("widgets", {}).get(WIDGET_STATE, {}).get("state", {}).values():
+        if model.get("state", {}).get("value") == RUN_THIS_CELL:
+            model["state"]["value"] = ""
+    return notebook, resources
+
+
 def exporters() -> tuple[HTMLExporter, SlidesExporter]:
-    """nbconvert's page and slides exporters, with every script pointed at ``_static/``."""
+    """nbconvert's page and slides exporters, with every script pointed at ``_static/`` and the saved widgets
+    saying that they need a kernel once (``without_run_this_cell``)."""
     urls = {
         "require_js_url": f"{STATIC}/require.js",
         "jquery_url": f"{STATIC}/jquery.min.js",
@@ -269,6 +286,8 @@ def exporters() -> tuple[HTMLExporter, SlidesExporter]:
         reveal_theme="white",  # the themes that @import Google Fonts (simple, league, ...) would reach the internet
         **urls,
     )
+    for exporter in (page, slides):
+        exporter.register_preprocessor(without_run_this_cell, enabled=True)
     return page, slides
 
 

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 import torch
 
-__all__ = ["broadcast_coalesced", "buckets", "reduce_add_coalesced"]
+__all__ = ["broadcast_coalesced", "buckets", "reduce_add_coalesced", "sum_bucket"]
 
 BROADCAST_BUCKET_BYTES = 10 * 1024 * 1024  # the same bucket size as torch's broadcast_coalesced
 
@@ -88,8 +88,12 @@ def _unflatten(flat: torch.Tensor, like: Sequence[torch.Tensor]) -> list[torch.T
     return [part.view_as(t) for part, t in zip(flat.split([t.numel() for t in like]), like, strict=True)]
 
 
-def _sum_bucket(per_replica: Sequence[Sequence[torch.Tensor]], destination: torch.device) -> list[torch.Tensor]:
+def sum_bucket(per_replica: Sequence[Sequence[torch.Tensor]], destination: torch.device) -> list[torch.Tensor]:
     """Add up one bucket's gradients from every replica, on ``destination``, into a new tensor.
+
+    ``per_replica[j]`` is replica j's gradients of the bucket's parameters; the result holds one sum per
+    parameter, shaped like replica 0's. ``reduce_add_coalesced`` calls it once per bucket; torch does the same
+    with ``reduce_add`` on each flattened bucket (``torch/nn/parallel/comm.py``).
 
     The first sum makes the result (one pass over memory, where a copy then an add would be two). Sums stay
     out of place while the total is sparse, since a sparse gradient may meet a dense one.
@@ -122,6 +126,6 @@ def reduce_add_coalesced(
     sums: list[torch.Tensor] = [torch.empty(0)] * len(probes)
     for bucket in groups:
         bucket_grads = [[grads[i] for i in bucket] for grads in per_replica]
-        for i, total in zip(bucket, _sum_bucket(bucket_grads, destination), strict=True):
+        for i, total in zip(bucket, sum_bucket(bucket_grads, destination), strict=True):
             sums[i] = total
     return sums

@@ -43,6 +43,7 @@ from jupyter_client.kernelspec import KernelSpecManager
 from nbformat.sign import NotebookNotary
 
 from . import course
+from .ui.words import plural
 
 REPOSITORY = Path(__file__).resolve().parent.parent
 IN_A_CLONE = (REPOSITORY / "notebooks" / "student").is_dir()
@@ -131,7 +132,7 @@ def describe(copies: Copies, folder: Path) -> str:
     if copies.made:
         lines.append(f"Copied and trusted {len(copies.made)} new: {', '.join(c.name for c in copies.made)}.")
     if copies.kept:
-        lines.append(f"Kept {len(copies.kept)} copies you already had, as they are.")
+        lines.append(f"Kept {plural(len(copies.kept), 'copy', 'copies')} you already had, as they are.")
     return "\n".join(lines)
 
 

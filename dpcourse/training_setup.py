@@ -12,6 +12,10 @@ from typing import ClassVar
 
 from .examples.model import MLP, running_example
 
+# The course's one vocabulary for kinds of training step: every topic (the memory counters, the cost model, the
+# ZeRO lessons) names a kind with one of these words and narrows the list to the kinds it knows; any other spelling
+# is a ValueError naming these. FSDP has no name of its own: FSDP2's ``fully_shard`` is ZeRO-3, or ZeRO-2 with
+# ``reshard_after_forward=False``, which is how ``dpcourse.sharded`` runs those two stages.
 KINDS = ("one device", "DataParallel", "DDP", "ZeRO-1", "ZeRO-2", "ZeRO-3")
 # The largest training jobs run on about 10^5 GPUs. Every per-device answer (a memory breakdown, a timeline) holds
 # one entry per device, so a larger count is refused before any work rather than filling the memory.

@@ -22,10 +22,11 @@ This script then adds what a classroom needs: a code cell tagged "solution" is s
 answer, one click away); a code cell tagged "reveals-answer" (``with quiz.reveal("id"):``, its output gives away
 the answer of a quiz above it) keeps no output in the student edition, where a learner's kernel shows it once
 the quiz is answered (``dpcourse.quiz.reveal``), and keeps its output collapsed in the instructor edition, which
-the static site shows in a closed ``<details>``; and cells that open with a level-1 or level-2 heading start a
-new slide. The
+the static site shows in a closed ``<details>``; a cell that shows the learner's progress (``READS_PROGRESS``)
+keeps, in the student edition, one line asking to run it instead of the build's own progress; and cells that open
+with a level-1 or level-2 heading start a new slide. The
 notebook is run top to bottom in a fresh kernel and saved with its outputs and widget state, which is what
-nbval compares against (tests/nbval_sanitize.cfg masks what legitimately changes between runs). Its
+nbval compares against (notebooks/nbval_sanitize.cfg masks what legitimately changes between runs). Its
 ``kernelspec`` and ``language_info`` are those JupyterLab writes when this environment's kernel starts
 (``dpcourse.open.kernel_metadata``, Python's version included), so a lesson does not open marked modified.
 
@@ -65,6 +66,12 @@ SOLUTION_TAG = "solution"  # a code cell holding an exercise's answer
 REVEALS_ANSWER_TAG = "reveals-answer"  # a code cell whose output gives away a quiz above it
 NBVAL_IGNORE_OUTPUT = "nbval-ignore-output"
 WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+READS_PROGRESS = re.compile(r"\bquiz\.(?:ProgressSummary|export_csv)\(")  # a cell that shows the learner's progress
+YOUR_PROGRESS = {  # what such a cell shows in the student edition until the learner runs it
+    "text/html": "<p><b>▶ Run this cell</b> to see your progress: your answers and checks, from your progress file.</p>",
+    "text/plain": "Run this cell to see your progress: your answers and checks, from your progress file.",
+}
 CHECK_CALL = re.compile(r'exercises\.check\("(\w+)"')  # a check cell: nbgrader grades it
 DEFINES = re.compile(r"^(?:def|class) (\w+)", re.MULTILINE)
 
@@ -159,6 +166,7 @@ def build(name: str, edition: str = "instructor", timeout: int = 300, into: Path
     coalesce_streams(notebook)
     if edition == "student":
         drop_revealing_outputs(notebook)
+        without_the_builds_progress(notebook)
     say_what_needs_a_kernel(notebook)
     target = (into or EDITIONS[edition]) / f"{name}.ipynb"
     target.parent.mkdir(exist_ok=True)
@@ -188,6 +196,40 @@ def drop_revealing_outputs(notebook: nbformat.NotebookNode) -> None:
     for cell in notebook.cells:
         if cell.cell_type == "code" and REVEALS_ANSWER_TAG in cell.metadata.get("tags", []):
             cell.outputs = []
+
+
+def without_the_builds_progress(notebook: nbformat.NotebookNode) -> None:
+    """Replace the outputs of each cell that reads the progress file (``READS_PROGRESS``: the summary table, the
+    export) with one line asking to run it (``YOUR_PROGRESS``), and drop the widget models they showed from the
+    saved state. What they showed came from the build's progress file (the exercise checks a build runs count as
+    passed): a learner's copy must show no counts until their own. The instructor edition keeps them."""
+    state = notebook.metadata.get("widgets", {}).get(WIDGET_STATE, {}).get("state", {})
+    dropped, shown = [], []
+    for cell in notebook.cells:
+        if cell.cell_type != "code":
+            continue
+        models = [output.get("data", {}).get(WIDGET_VIEW, {}).get("model_id") for output in cell.outputs]
+        if READS_PROGRESS.search(cell.source):
+            dropped += models
+            cell.outputs = [nbformat.v4.new_output("display_data", dict(YOUR_PROGRESS))]
+        else:
+            shown += models
+    gone = _with_the_models_they_refer_to(state, dropped)
+    kept = _with_the_models_they_refer_to(state, [*shown, *(model for model in state if model not in gone)])
+    for model in gone - kept:
+        del state[model]
+
+
+def _with_the_models_they_refer_to(state: dict, models: list) -> set[str]:
+    """``models`` and every model of ``state`` their states refer to (``IPY_MODEL_<id>``), at any depth."""
+    found: set[str] = set()
+    todo = [model for model in models if model in state]
+    while todo:
+        model = todo.pop()
+        if model not in found:
+            found.add(model)
+            todo += [m for m in re.findall(r"IPY_MODEL_([0-9a-f]{32})", json.dumps(state[model])) if m in state]
+    return found
 
 
 def say_what_needs_a_kernel(notebook: nbformat.NotebookNode) -> None:

@@ -70,7 +70,7 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
 
 @pytest.fixture
 def stand_in_gpu(monkeypatch: pytest.MonkeyPatch):
-    """The lessons' placement check (tests/ipython) for one test: ``devices[0]`` is checked as if it were a GPU."""
+    """The lessons' placement check (notebooks/kernel/ipython) for one test: ``devices[0]`` checked as a GPU."""
     from tests.placement import install
 
     mode = install(monkeypatch.setattr)

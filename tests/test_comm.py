@@ -71,6 +71,6 @@ def test_sparse_and_dense_gradients_add_up(sparse_replicas):
 
 def test_a_bucket_of_several_tensors_is_summed_flat_and_reshaped():
     per_replica = [[torch.ones(2, 3) * r, torch.ones(4) * r] for r in (1, 2)]
-    summed = comm._sum_bucket(per_replica, CPU)
+    summed = comm.sum_bucket(per_replica, CPU)
     assert [list(s.shape) for s in summed] == [[2, 3], [4]]
     assert torch.equal(summed[0], torch.full((2, 3), 3.0)) and torch.equal(summed[1], torch.full((4,), 3.0))

@@ -8,7 +8,7 @@ import pytest
 import torch
 from matplotlib.figure import Figure
 
-from dpcourse import costmodel, examples
+from dpcourse import costmodel, examples, training_setup
 from dpcourse.costmodel import EXAMPLE, PRESETS, Workload, formula, predict_speedup, step_time
 from dpcourse.viz import plot_speedup
 
@@ -56,17 +56,18 @@ def test_every_term_is_in_the_formula_and_the_terms_add_up():
         assert all(value >= 0 for value in terms.values())
         for name in terms:
             assert re.search(rf"\b{name}\b", formula(kind)), (kind, name)
-    assert step_time("dp", 1, EXAMPLE, PRESETS["laptop CPU"]) == step_time("single", 1, EXAMPLE, PRESETS["laptop CPU"])
-    assert set(step_time("dp", 2, EXAMPLE, PRESETS["laptop CPU"])) == {
+    laptop = PRESETS["laptop CPU"]
+    assert step_time("DataParallel", 1, EXAMPLE, laptop) == step_time("one device", 1, EXAMPLE, laptop)
+    assert set(step_time("DataParallel", 2, EXAMPLE, PRESETS["laptop CPU"])) == {
         "compute", "python", "replicate", "reduce", "scatter", "overhead"
     }
 
 
 def test_dp_pays_python_and_replication_per_replica_ddp_does_not():
     hardware = PRESETS["8 GPUs, NVLink"]
-    dp = [step_time("dp", n, TINY, hardware) for n in (2, 4, 8)]
+    dp = [step_time("DataParallel", n, TINY, hardware) for n in (2, 4, 8)]
     assert dp[0]["replicate"] < dp[1]["replicate"] < dp[2]["replicate"]
-    ddp = [step_time("ddp", n, EXAMPLE, hardware) for n in (2, 8)]
+    ddp = [step_time("DDP", n, EXAMPLE, hardware) for n in (2, 8)]
     assert ddp[0]["python"] == ddp[1]["python"]
 
 
@@ -110,7 +111,20 @@ def test_bad_arguments_say_what_to_pass():
     with pytest.raises(ValueError, match=rf"kind must be one of {kinds}, not 'tpu'"):
         formula("tpu")
     with pytest.raises(ValueError, match="whole number >= 1"):
-        step_time("dp", 0, EXAMPLE, PRESETS["one GPU"])
+        step_time("DataParallel", 0, EXAMPLE, PRESETS["one GPU"])
+
+
+@pytest.mark.parametrize("old", ["single", "dp", "ddp", "zero1", "zero2", "zero3", "fsdp", "FSDP", "ZeRO-4"])
+def test_every_kind_is_named_as_training_setup_names_it_and_no_other_spelling_is_taken(old):
+    assert costmodel.KINDS is training_setup.KINDS
+    assert set(costmodel.FORMULAS) == set(training_setup.KINDS)
+    assert set(costmodel.zero.SHARDED) <= set(training_setup.KINDS)
+    kinds = re.escape(str(list(training_setup.KINDS)))
+    for predict in (lambda: step_time(old, 2, EXAMPLE, PRESETS["one GPU"]), lambda: formula(old)):
+        with pytest.raises(ValueError, match=rf"^kind must be one of {kinds}, not {old!r}\.$"):
+            predict()
+    with pytest.raises(ValueError, match=r"^kind must be one of \['DDP', 'ZeRO-1', 'ZeRO-2', 'ZeRO-3'\]"):
+        costmodel.zero_memory(old, 10, 2)
 
 
 def test_plot_speedup_draws_both_curves_and_marks_where_dp_peaks():
@@ -222,7 +236,7 @@ def test_a_workload_too_large_for_floating_point_is_refused_not_turned_into_nan(
     # the calculator's way: FLOPs per sample scaled with the parameters, as floats (inf / inf would be NaN)
     scaled = dataclasses.replace(huge, batch=10**10, flops_per_sample=1e300)
     with pytest.raises(ValueError, match="too large to predict"):
-        step_time("dp", 2, scaled, PRESETS["laptop CPU"])
+        step_time("DataParallel", 2, scaled, PRESETS["laptop CPU"])
 
 
 def test_resnet50s_module_count_is_torchvisions_computed_from_its_layout():
@@ -236,9 +250,8 @@ def no_compute(hardware):
     return dataclasses.replace(hardware, flops=math.inf, memory_bandwidth=math.inf, latency=0.0)
 
 
-COMMUNICATION = {"ddp": ("allreduce",), "zero1": ("reduce_scatter", "all_gather"),
-                 "zero2": ("reduce_scatter", "all_gather"), "zero3": ("forward_gather", "backward_comm"),
-                 "fsdp": ("forward_gather", "backward_comm")}
+COMMUNICATION = {"DDP": ("allreduce",), "ZeRO-1": ("reduce_scatter", "all_gather"),
+                 "ZeRO-2": ("reduce_scatter", "all_gather"), "ZeRO-3": ("forward_gather", "backward_comm")}
 
 
 @pytest.mark.parametrize("n", [2, 3, 8])
@@ -247,36 +260,40 @@ def test_zero1_and_2_send_ddps_bytes_and_zero3_one_and_a_half_times_as_many(n):
     seconds = {kind: sum(step_time(kind, n, EXAMPLE, hardware)[t] for t in terms)
                for kind, terms in COMMUNICATION.items()}
     size = EXAMPLE.params * EXAMPLE.bytes_per_param
-    assert math.isclose(seconds["ddp"], 2 * (n - 1) / n * size / hardware.bandwidth)
-    assert math.isclose(seconds["zero1"], seconds["ddp"]) and seconds["zero2"] == seconds["zero1"]
-    assert math.isclose(seconds["zero3"], 1.5 * seconds["ddp"]) and seconds["fsdp"] == seconds["zero3"]
+    assert math.isclose(seconds["DDP"], 2 * (n - 1) / n * size / hardware.bandwidth)
+    assert math.isclose(seconds["ZeRO-1"], seconds["DDP"]) and seconds["ZeRO-2"] == seconds["ZeRO-1"]
+    assert math.isclose(seconds["ZeRO-3"], 1.5 * seconds["DDP"])
 
 
 def test_zero_stages_hide_what_backward_and_forward_can_and_one_rank_is_one_device():
     hardware = PRESETS["8 GPUs, NVLink"]
-    terms = step_time("zero1", 8, EXAMPLE, hardware)
+    terms = step_time("ZeRO-1", 8, EXAMPLE, hardware)
     assert terms["reduce_scatter"] < terms["all_gather"]  # the all-gather runs after the step: nothing hides it
-    sharded = step_time("zero3", 8, EXAMPLE, hardware)
+    sharded = step_time("ZeRO-3", 8, EXAMPLE, hardware)
     assert sharded["forward_gather"] < terms["all_gather"]  # hidden behind the forward of the unit before
     for kind in COMMUNICATION:
-        assert step_time(kind, 1, EXAMPLE, hardware) == step_time("single", 1, EXAMPLE, hardware)
+        assert step_time(kind, 1, EXAMPLE, hardware) == step_time("one device", 1, EXAMPLE, hardware)
 
 
 def test_zero_memory_per_rank_reproduces_the_zero_papers_figure_1():
     # Rajbhandari et al. 2020, figure 1: 7.5B parameters on 64 GPUs, 120, 31.4, 16.6 and 1.88 GB per GPU
     totals = {kind: sum(costmodel.zero_memory(kind, 7_500_000_000, 64).values()) / 1e9
-              for kind in ("ddp", "zero1", "zero2", "zero3", "fsdp")}
-    assert [round(totals[k], 2) for k in ("ddp", "zero1", "zero2", "zero3")] == [120.0, 31.41, 16.64, 1.88]
-    assert totals["fsdp"] == totals["zero3"]
-    seven = costmodel.zero_memory("zero2", 7 * 10**9, 8)
+              for kind in ("DDP", "ZeRO-1", "ZeRO-2", "ZeRO-3")}
+    assert [round(totals[k], 2) for k in ("DDP", "ZeRO-1", "ZeRO-2", "ZeRO-3")] == [120.0, 31.41, 16.64, 1.88]
+    seven = costmodel.zero_memory("ZeRO-2", 7 * 10**9, 8)
     assert seven == {"parameters": 14e9, "gradients": 14e9 / 8, "optimizer state": 84e9 / 8}
     assert "16P / N" in costmodel.ZERO_MEMORY
 
 
 @pytest.mark.parametrize(("args", "message"), [
-    (("zero4", 10, 2), "kind must be one of ['ddp', 'zero1', 'zero2', 'zero3', 'fsdp'], not 'zero4'."),
-    (("zero3", 0, 2), "params must be a whole number >= 1, not 0."),
-    (("zero3", 10, 2.5), "n must be a whole number >= 1, not 2.5."),
+    (("ZeRO-4", 10, 2), "kind must be one of ['DDP', 'ZeRO-1', 'ZeRO-2', 'ZeRO-3'], not 'ZeRO-4'."),
+    (("ZeRO-3", 0, 2), "params must be a whole number >= 1 (parameters of the model); got 0."),
+    (("ZeRO-3", 10, 2.5), "n must be a whole number >= 1 (ranks); got 2.5."),
+    (("ZeRO-3", 10, 10**6), "n must be at most 100,000 (ranks); got 1e+06."),
+    # 10**400 parameters would overflow a float (OverflowError); no model comes near MOST_PARAMS = 10**15
+    (("ZeRO-3", 10**400, 2), "params must be at most 1,000,000,000,000,000 (parameters of the model); got a "
+                             "number of 401 digits."),
+    (("ZeRO-3", 10**15 + 1, 2), "params must be at most 1,000,000,000,000,000 (parameters of the model); got 1e+15."),
 ])
 def test_zero_memory_refuses_what_makes_no_sense(args, message):
     with pytest.raises(ValueError) as info:

@@ -113,7 +113,7 @@ def test_a_raising_worker_names_its_rank_and_traceback_and_leaves_no_process():
         ddp.crash("raise", rank=1)
     message = str(info.value)
     assert info.value.rank == 1
-    assert message.startswith("DDP worker rank 1 (pid")
+    assert message.startswith("rank 1 (pid")
     assert "Traceback (most recent call last)" in message and "ValueError: rank 1 failed on purpose" in message
     assert_all_gone(info.value.pids)
 
@@ -151,7 +151,7 @@ def _notebook_worker(monkeypatch):
 @pytest.mark.parametrize("kind", ["lambda", "nested", "notebook"])
 def test_a_worker_that_is_not_importable_is_refused_before_any_process_starts(kind, monkeypatch):
     makers = {"lambda": lambda: lambda: 0, "nested": _nested_worker, "notebook": lambda: _notebook_worker(monkeypatch)}
-    with pytest.raises(TypeError, match=r"cannot be sent to the new processes .* A worker must be importable"):
+    with pytest.raises(TypeError, match=r"cannot be sent to the ranks .* A rank imports the function it runs"):
         ddp.launch(makers[kind](), world_size=2)
     assert multiprocessing.active_children() == []
 

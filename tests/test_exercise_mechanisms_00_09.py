@@ -332,7 +332,7 @@ def test_under_nbgrader_a_failed_check_raises_the_whole_report(monkeypatch) -> N
     assert message.startswith("reduce_add: 1 of 4 cases passed\n  case 1 (2 replicas, 2 parameters): failed\n")
     assert "answer[0][0, 0]: expected" in message
     assert "hint: the original's gradient is the sum of the replicas' gradients, not their mean" in message
-    assert "case 4 (generated: 2 replicas, 1 parameters): failed" in message
+    assert "case 4 (generated: 2 replicas, 1 parameter): failed" in message
 
     def stub(grads):
         raise NotImplementedError("Your code here: write this, then run the check below.")

@@ -100,10 +100,16 @@ def test_a_wrong_ring_is_rejected_by_what_it_sends(mistake):
     assert any(says in detail for detail in _details(report)), repr(report)
 
 
+def _generated_ring(n: int, length: int):
+    """The exercise's own generated case of ``n`` ranks holding ``length`` values each."""
+    wanted = f"{n} ranks, {length} values"
+    return next(case for case in lesson10.RING_ALL_REDUCE.generated() if case.description == wanted)
+
+
 @pytest.mark.lesson10
 def test_the_chunk_ring_fails_on_every_size_where_chunk_gives_fewer_than_n_pieces():
     for n, length in [(4, 6), (3, 4), (4, 5), (5, 8)]:
-        case = lesson10._ranks(0, n, length)
+        case = _generated_ring(n, length)
         assert len(torch.empty(length).chunk(n)) < n
         with pytest.raises(IndexError):
             m10a_chunk(*case.args, lambda source, target, piece: piece)
@@ -118,8 +124,8 @@ def test_the_chunk_ring_fails_on_every_size_where_chunk_gives_fewer_than_n_piece
 def test_the_lessons_ring_passes_every_case_and_sends_what_a_ring_sends():
     report = exercises.check("ring_all_reduce", solution("ring_all_reduce"))
     assert report.status == PASSED, repr(report)
-    case = lesson10._ranks(2, 4, 6)
-    results, messages = lesson10._with_send(solution("ring_all_reduce"), case)
+    case = _generated_ring(4, 6)
+    results, messages = lesson10.RING_ALL_REDUCE.call(solution("ring_all_reduce"), case)
     assert [(source, target) for source, target, _ in messages[:4]] == [(0, 1), (1, 2), (2, 3), (3, 0)]
     assert [len(piece) for _, _, piece in messages[:4]] == [2, 2, 1, 1]  # rank r sends piece r first
     assert len(messages) == 4 * 2 * 3

@@ -145,9 +145,10 @@ def test_a_parallel_apply_that_starts_more_threads_than_replicas_fails_every_cas
 
 def test_the_thread_count_sees_only_the_callers_threads_and_is_restored():
     start = threading.Thread.start
-    case = capstone._parallel_apply_cases()[2]  # 4 replicas
-    outputs = capstone._call_parallel_apply(parallel_apply, case)
-    assert len(case.context["started"]) == 4 and capstone._judge_parallel_apply(case, outputs) is None
+    exercise = capstone.CAPSTONE_PARALLEL_APPLY
+    case = exercise.cases()[2]  # 4 replicas
+    outputs = exercise.call(parallel_apply, case)
+    assert len(case.context["started"]) == 4 and exercise.judge(case, outputs) is None
     assert threading.Thread.start is start
 
 

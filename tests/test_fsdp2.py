@@ -7,12 +7,12 @@ import copy
 import pytest
 import torch
 
-from dpcourse import examples, exercises
+from dpcourse import examples, exercises, ranks
 from dpcourse.exercises.check import FAILED, PASSED
 from dpcourse.exercises.lesson21 import MODEL_SIZES
 from dpcourse.quiz import run_experiment
 from dpcourse.quiz.bank import load_lesson
-from dpcourse.sharded import checkpoint_sharded, practice, ranks, zero_optimizer
+from dpcourse.sharded import checkpoint_sharded, practice, zero_optimizer
 from dpcourse.sharded.zero1 import shard_range
 from tests import fsdp2_mistakes as mistakes
 from tests.lesson_solutions import solution

@@ -206,7 +206,7 @@ def test_measure_ranks_refuses_a_setup_that_is_not_ddp_or_on_other_ranks():
 # On a GPU: torch.cuda.max_memory_allocated, per device. The model is large (about 170 MiB of parameters, in
 # 16 MiB weights) and the batch small, so that what the accounting leaves out stays small next to it: the gradient
 # flowing through a layer, and under DataParallel one replica's weight gradient copied to device 0 to be added
-# (dpcourse/comm.py: _sum_bucket). Plain SGD: its foreach step allocates nothing.
+# (dpcourse/comm.py: sum_bucket). Plain SGD: its foreach step allocates nothing.
 GPU_MODEL = sized_mlp(width=2048, depth=12)
 
 

@@ -17,7 +17,8 @@ WRONG_CHUNK_SIZES = "    return [batch // n] * n  # plausible, wrong: drops the 
 
 
 def _nbgrader(root: Path, *args: str) -> str:
-    # As an instructor runs it: nbgrader's alembic on PATH, and no placement check (tests/ipython) in its kernels.
+    # As an instructor runs it: nbgrader's alembic on PATH, and no placement check (notebooks/kernel/ipython) in
+    # its kernels.
     environment = {name: value for name, value in os.environ.items() if name != "IPYTHONDIR"}
     environment["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"
     done = subprocess.run([sys.executable, "-m", "nbgrader", *args, f"--CourseDirectory.root={root}"],

@@ -126,3 +126,41 @@ def test_a_saved_quiz_or_explorer_asks_to_run_its_cell_until_it_runs():
     state = notebook.metadata["widgets"][build["WIDGET_STATE"]]["state"]  # nbformat stored copies of the dicts
     assert state["1"]["state"]["value"] == build["RUN_THIS_CELL"]
     assert state["2"]["state"]["value"] == "<p>Right!</p>" and state["3"]["state"]["value"] == ""
+
+
+def widget_output(model: str) -> nbformat.NotebookNode:
+    view = {"model_id": model, "version_major": 2, "version_minor": 0}
+    return nbformat.v4.new_output("execute_result", {build["WIDGET_VIEW"]: view, "text/plain": "a widget"},
+                                  execution_count=1)
+
+
+def test_the_student_edition_stores_no_progress_but_asks_to_run_the_cell():
+    """What the build's own progress file held (a table of "exercises passed 2 of 2", an export's rows) is not the
+    learner's: the student edition keeps, under each cell that reads the progress file, one line asking to run it,
+    and none of the widget models its output showed. Other cells and the models they show are kept."""
+    summary, explorer = "a" * 32, "c" * 32
+    table, layout, shared = "d" * 32, "e" * 32, "f" * 32
+    cells = [nbformat.v4.new_code_cell(source, execution_count=1) for source in
+             ("quiz.ProgressSummary()", "rows = quiz.export_csv(path)\nprint(rows)", "widgets.ChunkExplorer()")]
+    cells[0].outputs = [widget_output(summary)]
+    cells[1].outputs = [nbformat.v4.new_output("stream", name="stdout", text="['quiz', '02_scatter', 'x', '2']\n")]
+    cells[2].outputs = [widget_output(explorer)]
+    notebook = nbformat.v4.new_notebook(cells=cells)
+    state = {
+        summary: {"state": {"children": [f"IPY_MODEL_{table}"], "layout": f"IPY_MODEL_{shared}"}},
+        table: {"state": {"value": "<td>exercises passed</td><td>2 of 2</td>", "layout": f"IPY_MODEL_{layout}"}},
+        layout: {"state": {}},
+        explorer: {"state": {"layout": f"IPY_MODEL_{shared}"}},
+        shared: {"state": {}},
+    }
+    notebook.metadata["widgets"] = {build["WIDGET_STATE"]: {"state": state, "version_major": 2}}
+
+    build["without_the_builds_progress"](notebook)
+    for cell in notebook.cells[:2]:
+        (output,) = cell.outputs
+        assert output.output_type == "display_data" and output.data == build["YOUR_PROGRESS"]
+    assert notebook.cells[2].outputs == [widget_output(explorer)]
+    kept = notebook.metadata["widgets"][build["WIDGET_STATE"]]["state"]
+    assert set(kept) == {explorer, shared}
+    assert "2 of 2" not in nbformat.writes(notebook) and "02_scatter" not in nbformat.writes(notebook)
+    assert "Run this cell" in build["YOUR_PROGRESS"]["text/html"]

@@ -2,9 +2,11 @@
 kernel's metadata) and the JupyterLab command it hands over to. The browser side is tests/browser/test_first_open.py.
 """
 
+import asyncio
 import json
 import os
 import runpy
+import subprocess
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -16,6 +18,7 @@ from nbformat.sign import NotebookNotary
 from dpcourse import open as course
 
 if TYPE_CHECKING:
+    from jupyter_server.services.contents.manager import ContentsManager
     from traitlets.config import Config
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -143,13 +146,15 @@ WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
 
 
-def server_config() -> "Config":
-    """The configuration the course's server reads from ``jupyter_config/``, read as Jupyter reads it."""
+def server_config() -> tuple["Config", dict]:
+    """The configuration the course's server reads from ``jupyter_config/``, read as Jupyter reads it, and the
+    names that file defines."""
     from traitlets.config import Config
 
     config = Config()
-    runpy.run_path(str(course.LAB_CONFIG / "jupyter_server_config.py"), init_globals={"get_config": lambda: config})
-    return config
+    names = runpy.run_path(str(course.LAB_CONFIG / "jupyter_server_config.py"),
+                           init_globals={"get_config": lambda: config})
+    return config, names
 
 
 def widget_output(model_id: str) -> nbformat.NotebookNode:
@@ -169,14 +174,20 @@ def notebook_with_widgets(saved: str, ran: str) -> nbformat.NotebookNode:
     return notebook
 
 
-def test_the_server_saves_a_widget_whose_model_is_gone_as_the_run_this_cell_sentence(tmp_path: Path) -> None:
-    from jupyter_server.services.contents.filemanager import FileContentsManager
+def save(manager: "ContentsManager", notebook: nbformat.NotebookNode, path: str) -> None:
+    """Save ``notebook`` at ``path`` through ``manager`` as JupyterLab's save does: its contents model, hooks run."""
+    model = {"type": "notebook", "content": json.loads(nbformat.writes(notebook))}
+    saved = manager.save(model, path)
+    if asyncio.iscoroutine(saved):  # the server's default manager is the async one
+        asyncio.run(saved)
 
+
+def test_the_server_saves_a_widget_whose_model_is_gone_as_the_run_this_cell_sentence(tmp_path: Path) -> None:
     from dpcourse.ui.controls import RUN_THIS_CELL
 
     notebook = notebook_with_widgets(saved="a" * 32, ran="b" * 32)
-    manager = FileContentsManager(root_dir=str(tmp_path), config=server_config())
-    manager.save({"type": "notebook", "content": json.loads(nbformat.writes(notebook))}, "lesson.ipynb")
+    config, _ = server_config()
+    save(config.ServerApp.contents_manager_class(root_dir=str(tmp_path)), notebook, "lesson.ipynb")
     written = read(tmp_path / "lesson.ipynb")
     kept, replaced, closed, text = (cell.outputs for cell in written.cells)
     assert replaced[0].data == {"text/html": RUN_THIS_CELL, "text/plain": "Quiz()"}
@@ -185,9 +196,70 @@ def test_the_server_saves_a_widget_whose_model_is_gone_as_the_run_this_cell_sent
     assert "Run this cell</b> to answer or explore" in RUN_THIS_CELL  # the sentence the build writes, one file
 
 
+def test_a_quiz_saved_after_its_kernel_has_gone_keeps_its_question_and_the_last_answer(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A return visit shows an answered quiz's question and the learner's last answer (from their progress file)
+    under the "Run this cell" sentence, not the sentence alone."""
+    from dpcourse.quiz import Progress, ask, find_question
+    from dpcourse.quiz.widget import answer_slot
+    from dpcourse.ui.controls import RUN_THIS_CELL
+
+    progress_file = tmp_path / "progress.json"
+    monkeypatch.setenv("DPCOURSE_PROGRESS", str(progress_file))  # the server's kernels share its environment
+    question = find_question("02-six-rows-four-devices")
+    quiz = ask(question)
+    answered, untouched = (nbformat.v4.new_code_cell("quiz.ask()", execution_count=1) for _ in range(2))
+    answered.outputs = [nbformat.v4.new_output("execute_result", quiz._repr_mimebundle_(), execution_count=1)]
+    untouched.outputs = [nbformat.v4.new_output("execute_result", ask("02-mismatched-batches")._repr_mimebundle_(),
+                                                execution_count=1)]
+    Progress(progress_file).record(question, "4 <b>", False)
+    Progress(progress_file).record(question, "3", True)
+
+    config, _ = server_config()
+    save(config.ServerApp.contents_manager_class(root_dir=str(tmp_path)),
+         nbformat.v4.new_notebook(cells=[answered, untouched]), "lesson.ipynb")
+    shown, unanswered = (cell.outputs[0].data["text/html"] for cell in read(tmp_path / "lesson.ipynb").cells)
+    before, after = quiz.later_visit_html.split(answer_slot(question.id))
+    assert shown.startswith(RUN_THIS_CELL + before) and shown.endswith(after)
+    assert "Your last answer: <b>3</b> ✔ right" in shown and "4 &lt;b&gt;" not in shown
+    assert unanswered.startswith(RUN_THIS_CELL) and "Your last answer" not in unanswered
+
+
 def test_the_save_hook_leaves_other_files_alone() -> None:
-    hook = server_config().ContentsManager.pre_save_hook
+    hook = server_config()[1]["widgets_for_a_later_visit"]
     text = {"type": "file", "format": "text", "content": '{"model_id": "x"}'}
     hook(model=text, path="notes.txt", contents_manager=None)
     assert text["content"] == '{"model_id": "x"}'
     hook(model={"type": "directory"}, path="lessons", contents_manager=None)
+
+
+# Starts the course's server as `python -m dpcourse.open` does, every installed server extension included, up to
+# the point where it would listen; then saves a notebook through the contents manager the server ended up with.
+SERVER_START = """
+import asyncio, json, sys, warnings
+warnings.simplefilter("always")
+from jupyterlab.labapp import LabApp
+server = LabApp.initialize_server(argv=sys.argv[1:])
+model = {"type": "notebook", "content": json.loads(sys.stdin.read())}
+saved = server.contents_manager.save(model, "lesson.ipynb")
+if asyncio.iscoroutine(saved):
+    asyncio.run(saved)
+"""
+
+
+def test_the_course_server_starts_without_a_warning_and_keeps_its_save_hook(tmp_path: Path) -> None:
+    """Server extensions (notebook_shim, jupytext) make traitlets apply the server's configuration again, and
+    jupyter_server warns "Overriding existing pre_save_hook" each time a configured hook is set while one is. The
+    course's server registers its hook instead, so it starts silent; and jupytext, which replaces the contents
+    manager with one of its own, still saves through the hook."""
+    folder = tmp_path / "my-course"
+    folder.mkdir()
+    argv = course.lab_command(folder, ["--no-browser", "--ServerApp.port=0"])[3:]  # after python -m jupyterlab
+    env = course.lab_environment() | {"JUPYTER_RUNTIME_DIR": str(tmp_path / "runtime")}
+    notebook = notebook_with_widgets(saved="a" * 32, ran="b" * 32)
+    started = subprocess.run([sys.executable, "-c", SERVER_START, *argv], input=nbformat.writes(notebook), env=env,
+                             capture_output=True, text=True, timeout=120, check=False)
+    assert started.returncode == 0, started.stderr[-3000:]
+    assert "Overriding existing pre_save_hook" not in started.stderr
+    replaced = read(folder / "lesson.ipynb").cells[1].outputs[0].data
+    assert WIDGET_VIEW not in replaced and "Run this cell" in replaced["text/html"]

@@ -1,7 +1,7 @@
 """Every lesson and every quiz experiment runs where ``dpcourse.devices(n)`` is ``[cuda:0, ...]``.
 
-CI has no GPU, so these tests put CPU devices in a GPU's place (tests/ipython's startup file): a model left on
-the CPU, or a target that meets an output gathered on ``devices[0]``, fails as it would on a GPU. nbval runs
+CI has no GPU, so these tests put CPU devices in a GPU's place (notebooks/kernel/ipython's startup file): a model left
+on the CPU, or a target that meets an output gathered on ``devices[0]``, fails as it would on a GPU. nbval runs
 every lesson under the same check (notebooks/conftest.py); here the check itself is shown to catch the mistake
 that broke 14 lessons on a GPU machine, and every quiz experiment, which runs only when a learner clicks, is run
 under it.

@@ -245,6 +245,36 @@ def test_the_summary_counts_answered_right_the_first_time_and_exercises_passed_p
     assert summary.note.value == ""
 
 
+def test_the_summary_and_the_csv_judge_by_one_rule_first_answer_and_latest_check(tmp_path):
+    """A quiz counts as right when its first answer was; an exercise as passed when its latest check passed. A
+    check that fails after one that passed (the learner changed their code) shows as failed in both."""
+    path = tmp_path / "progress.json"
+    path.write_text(json.dumps({"version": 1, "exercises": {
+        "chunk_sizes": {"lesson": "02_scatter", "checks": [{"passed": True, "time": "t1"},
+                                                           {"passed": False, "time": "t2"}]},
+        "scatter_rows": {"lesson": "02_scatter", "checks": [{"passed": False, "time": "t1"},
+                                                            {"passed": True, "time": "t2"}]},
+    }, "questions": {
+        "02-six-rows-four-devices": {"lesson": "02_scatter", "attempts": [
+            {"answer": "4", "correct": False, "time": "t1"}, {"answer": "3", "correct": True, "time": "t2"}]},
+        "02-mismatched-batches": {"lesson": "02_scatter", "attempts": [
+            {"answer": "a", "correct": True, "time": "t1"}, {"answer": "b", "correct": False, "time": "t2"}]},
+    }}))
+    progress = Progress(path)
+
+    summary = ProgressSummary(progress)
+    totals = sum(q.lesson == "02_scatter" for q in all_questions())
+    assert summary.counts["02_scatter"] == LessonCounts(2, 1, totals, passed=1, exercises=2)
+    assert "<th>right the first time</th><th>exercises passed at their latest check</th>" in summary.table.value
+    assert f"<td>2 of {totals}</td><td>1</td><td>1 of 2</td>" in summary.table.value
+
+    with export_csv(tmp_path / "class.csv", progress).open(newline="", encoding="utf-8") as file:
+        by_id = {row["id"]: row for row in csv.DictReader(file)}
+    assert by_id["chunk_sizes"]["last_answer"] == "failed" and by_id["scatter_rows"]["last_answer"] == "passed"
+    assert by_id["02-six-rows-four-devices"]["first_correct"] == "false"
+    assert by_id["02-mismatched-batches"]["first_correct"] == "true"
+
+
 def test_a_check_of_written_code_is_recorded_and_an_untouched_stub_is_not(tmp_path, monkeypatch):
     path = tmp_path / "progress.json"
     monkeypatch.setenv("DPCOURSE_PROGRESS", str(path))

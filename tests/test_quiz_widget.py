@@ -231,3 +231,24 @@ def test_print_mode_and_unknown_ids(monkeypatch, capsys):
         pass
     with pytest.raises(TypeError, match="needs the id of the quiz"), quiz_reveal():
         pass
+
+
+def test_a_quiz_gives_the_saved_file_its_question_for_a_later_visit(tmp_path):
+    """Beside the live widget, a quiz's output holds ``later_visit_html``: its question and options, and an empty
+    place for the learner's last answer. JupyterLab shows the live widget; once the kernel has gone, the course's
+    server saves this HTML under the "Run this cell" sentence, with the answer filled in (tests/test_open.py)."""
+    question = next(q for q in QUESTIONS if q.kind == "choice")
+    quiz = ask(question, Progress(tmp_path / "progress.json"))
+    bundle = quiz._repr_mimebundle_()
+    assert bundle["text/html"] == quiz.later_visit_html
+    assert "application/vnd.jupyter.widget-view+json" in bundle and bundle["text/plain"] == repr(quiz)
+    assert f"Question {question.id}" in quiz.later_visit_html and markup(question.prompt) in quiz.later_visit_html
+    assert all(markup(option)[3:-4] in quiz.later_visit_html for option in question.options)
+    assert quiz_widget.answer_slot(question.id) in quiz.later_visit_html
+    assert question.explanation not in quiz.later_visit_html  # nothing the answer gives away
+
+    give(quiz, wrong_answer(question))
+    assert quiz._repr_mimebundle_()["text/html"] == quiz.later_visit_html  # the answer comes from the progress file
+
+    lesson = ask_lesson(question.lesson, Progress(tmp_path / "progress.json"))
+    assert lesson._repr_mimebundle_()["text/html"] == "".join(q.later_visit_html for q in lesson.quizzes)

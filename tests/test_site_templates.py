@@ -1,8 +1,10 @@
 """docs/build_site.py's templates on a three-cell notebook: what needs a kernel says so, what is collapsed stays so.
 
 The pages have no kernel. A widget view must come with the note that sends the learner to JupyterLab (its
-controls are disabled in the browser, checked by tests/browser/test_static_site.py); a solution cell's code and
-an output that reveals a quiz's answer must each be inside a closed ``<details>``, on the page and in the slides.
+controls are disabled in the browser, checked by tests/browser/test_static_site.py), and be the only sentence
+that says so: the "Run this cell" line a saved widget shows in JupyterLab has no cell to run on a page. A
+solution cell's code and an output that reveals a quiz's answer must each be inside a closed ``<details>``, on
+the page and in the slides.
 """
 
 import re
@@ -11,6 +13,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from dpcourse.ui.controls import NEEDS_KERNEL, RUN_THIS_CELL
 from tests.site_builder import site_builder
 
 REPO = Path(__file__).parents[1]
@@ -20,7 +23,8 @@ WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
 
 
 def small_notebook() -> nbformat.NotebookNode:
-    """A revealing output, a solution and a widget, with the metadata notebooks/build.py gives them."""
+    """A revealing output, a solution and a widget, with the metadata notebooks/build.py gives them: the saved
+    state of a quiz's feedback line says "Run this cell", an explorer's message line holds its own message."""
     reveals = nbformat.v4.new_code_cell("print(3)", metadata={"jupyter": {"outputs_hidden": True}, "collapsed": True})
     reveals.outputs = [nbformat.v4.new_output("stream", text="the answer is 3\n")]
     solution = nbformat.v4.new_code_cell("answer = 42", metadata={"jupyter": {"source_hidden": True}})
@@ -29,9 +33,13 @@ def small_notebook() -> nbformat.NotebookNode:
     widget.outputs = [nbformat.v4.new_output("execute_result", data={WIDGET_VIEW: view, "text/plain": "Quiz"})]
     notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("# A lesson"), reveals, solution, widget])
     model = {"model_name": "ButtonModel", "model_module": "@jupyter-widgets/controls", "model_module_version": "2.0.0"}
-    notebook.metadata["widgets"] = {
-        WIDGET_STATE: {"state": {"quiz-model": {**model, "state": {}}}, "version_major": 2, "version_minor": 0}
-    }
+    html = {**model, "model_name": "HTMLModel"}
+    feedback = {**html, "state": {"_dom_classes": [NEEDS_KERNEL], "value": RUN_THIS_CELL}}
+    message = {**html, "state": {"_dom_classes": [NEEDS_KERNEL], "value": "<p>an explorer's own message</p>"}}
+    notebook.metadata["widgets"] = {WIDGET_STATE: {
+        "state": {"quiz-model": {**model, "state": {}}, "feedback-model": feedback, "message-model": message},
+        "version_major": 2, "version_minor": 0,
+    }}
     return notebook
 
 
@@ -68,6 +76,20 @@ def test_every_widget_view_says_it_needs_a_kernel(pages, name):
     assert len(wrapped) == 1 and "Needs a running kernel: open this lesson in JupyterLab" in wrapped[0]
     assert f'<script type="{WIDGET_VIEW}">' in wrapped[0], "the note is not next to the widget view it is about"
     assert "disableControls" in pages[name], "the script that disables the widgets' controls is missing"
+
+
+@pytest.mark.parametrize("name", ["page", "slides"])
+def test_a_widget_says_it_needs_a_kernel_in_one_sentence(pages, name):
+    assert pages[name].count("Needs a running kernel") == 1
+    assert "Run this cell" not in pages[name], "the JupyterLab sentence has no cell to run on a page"
+    assert "an explorer&#39;s own message" in pages[name] or "an explorer's own message" in pages[name]
+
+
+def test_the_exporters_leave_the_notebook_they_are_given_as_it_is():
+    notebook = small_notebook()
+    for exporter in site_builder().exporters():
+        exporter.from_notebook_node(notebook, resources={"metadata": {"name": "small"}})
+    assert notebook.metadata == small_notebook().metadata  # the "Run this cell" state included
 
 
 @pytest.mark.parametrize("name", ["page", "slides"])

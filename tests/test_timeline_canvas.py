@@ -52,7 +52,7 @@ def test_a_later_step_draws_only_its_spans_into_the_kept_figure_with_a_full_draw
         canvas.prepare()
     for factor in (1.3, 0.02, 1.0):  # other tick labels, other bar widths (some lose their labels)
         png, _ = canvas.png(scaled(first, factor))
-        (kept,) = canvas._drawn.values()
+        (kept,) = canvas.kept
         kept.redraw.canvas.draw()  # everything, in matplotlib's own order, with the kept layout
         assert (pixels(png) == numpy.asarray(kept.redraw.canvas.buffer_rgba())).all(), factor
     assert len(frames_drawn) == 1
@@ -61,7 +61,7 @@ def test_a_later_step_draws_only_its_spans_into_the_kept_figure_with_a_full_draw
 def test_a_kept_figure_holds_only_the_last_steps_bars(frames_drawn):
     canvas, first = TimelineCanvas(), narrow_spans()
     canvas.png(first)
-    (kept,) = canvas._drawn.values()
+    (kept,) = canvas.kept
     bars = len(kept.ax.patches)
     for factor in (1.3, 0.5, 1.0):
         canvas.png(scaled(first, factor))
@@ -83,7 +83,7 @@ def test_the_canvas_keeps_the_most_recently_used_frames(frames_drawn):
     for shown in [trace, *others, others[-1], trace]:  # the first frame was dropped for the last of the others
         canvas.png(shown)
     assert len(frames_drawn) == FRAMES_KEPT + 2
-    assert len(canvas._drawn) == FRAMES_KEPT
+    assert len(canvas.kept) == FRAMES_KEPT
 
 
 def test_prepare_on_a_new_canvas_does_nothing():

@@ -17,6 +17,7 @@ import dpcourse.scatter_gather
 from dpcourse import by_hand, examples
 from dpcourse.timing import StepTimes
 from dpcourse.ui import png as png_module
+from dpcourse.ui.controls import ERROR_STYLE
 from dpcourse.viz import timeline_canvas
 from dpcourse.widgets import (
     ChunkExplorer,
@@ -25,7 +26,6 @@ from dpcourse.widgets import (
     MemoryCalculator,
     StepThrough,
     TraceExplorer,
-    _base,
 )
 from dpcourse.widgets import trace_explorer as trace_explorer_module
 from dpcourse.widgets.stages import STAGES
@@ -316,7 +316,7 @@ def test_errors_inside_callbacks_show_in_the_message_area(monkeypatch, make, con
     _break_scatter(monkeypatch)
     interact(explorer, control_name, 3)
     assert text(explorer.message) == "RuntimeError: scatter is broken"
-    assert _base.ERROR_STYLE in explorer.message.value
+    assert ERROR_STYLE in explorer.message.value
     if make is TraceExplorer:
         assert "the run failed" in text(explorer.status)
     monkeypatch.undo()
@@ -398,11 +398,11 @@ def test_timeline_run_again_trains_the_same_model_on_and_a_new_setting_starts_a_
     monkeypatch.setattr(trace_explorer_module, "TracedTraining", counted)
     t = TraceExplorer(model="small", batch=16, devices=2, steps=1)
     t.run_button.click()
-    first = [p.clone() for p in t._training[1].model.parameters()]
+    first = [p.clone() for p in t.training.model.parameters()]
     t.steps_slider.value = 2  # not part of the model's setting
     t.run_button.click()
     assert made == [(2, 16)]
-    assert any(not torch.equal(a, b) for a, b in zip(first, t._training[1].model.parameters(), strict=True))
+    assert any(not torch.equal(a, b) for a, b in zip(first, t.training.model.parameters(), strict=True))
     t.devices_slider.value = 3
     t.run_button.click()
     assert made == [(2, 16), (3, 16)] and not t.message.value
@@ -410,9 +410,9 @@ def test_timeline_run_again_trains_the_same_model_on_and_a_new_setting_starts_a_
 
 def test_timeline_runs_cpu_devices_on_one_intra_op_thread_and_gives_the_count_back(monkeypatch):
     threads_in_steps = []
-    real = TracedTraining._step
+    real = TracedTraining.step
     counted = lambda self: threads_in_steps.append(torch.get_num_threads()) or real(self)  # noqa: E731
-    monkeypatch.setattr(TracedTraining, "_step", counted)
+    monkeypatch.setattr(TracedTraining, "step", counted)
     before = torch.get_num_threads()
     torch.set_num_threads(2)
     try:

@@ -6,7 +6,8 @@ import pytest
 
 from dpcourse import costmodel
 from dpcourse.costmodel import PRESETS
-from dpcourse.widgets import CostModelCalculator, _base
+from dpcourse.ui.controls import ERROR_STYLE
+from dpcourse.widgets import CostModelCalculator
 from dpcourse.widgets import costmodel as calculator_module
 from tests.benchmarks.widget_latency import measure_interactions
 from tests.widget_html import PNG, table_rows, text
@@ -36,9 +37,10 @@ def test_the_default_is_resnet50_on_8_gpus_over_pcie():
 def test_the_terms_table_lists_every_term_of_the_formula_for_n_2_and_8():
     c = CostModelCalculator()
     rows = table_rows(c.terms_table)
-    assert rows["term (ms per step)"] == ["one device", "DP n=2", "DP n=8", "DDP n=2", "DDP n=8"]
+    assert rows["term (ms per step)"] == ["one device", "DataParallel n=2", "DataParallel n=8",
+                                         "DDP n=2", "DDP n=8"]
     model = calculator_module.workload(25_600_000, 256)
-    columns = [("single", 1), ("dp", 2), ("dp", 8), ("ddp", 2), ("ddp", 8)]
+    columns = [("one device", 1), ("DataParallel", 2), ("DataParallel", 8), ("DDP", 2), ("DDP", 8)]
     for column, (kind, n) in enumerate(columns):
         terms = costmodel.step_time(kind, n, model, PRESETS["8 GPUs, PCIe"])
         for term, seconds in terms.items():
@@ -116,7 +118,7 @@ def test_errors_show_in_the_message_area_and_the_next_good_interaction_clears_th
     monkeypatch.setattr(costmodel, "predict_speedup", broken)
     c.batch_slider.value = 64
     assert text(c.message) == "ValueError: no such machine"
-    assert _base.ERROR_STYLE in c.message.value
+    assert ERROR_STYLE in c.message.value
     c.preset_toggle.value = "8 GPUs, NVLink"  # the preset's handler reports errors too
     assert text(c.message) == "ValueError: no such machine"
     monkeypatch.undo()

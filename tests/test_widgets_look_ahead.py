@@ -94,7 +94,7 @@ def test_gradient_sum_prepares_the_other_end_of_a_slider_after_a_jump_to_one_end
             if len(made) == 3:
                 break
         assert made == [("mean", 8, 2), ("mean", 8, 8), ("mean", 8, 1)]
-        prepared = explorer._pngs[("mean", 8, 1)][0]
+        prepared = explorer.cached_figures()[("mean", 8, 1)][0]
         explorer.devices_slider.value = 1  # the Home key: shown from the cache
         assert made.count(("mean", 8, 1)) == 1 and explorer.image.value == prepared
 
@@ -105,7 +105,7 @@ def test_without_a_running_loop_nothing_is_prepared() -> None:
     def learner() -> set:
         explorer = GradientSum(reduction="mean", batch=8, devices=2)
         explorer.batch_slider.value = 9
-        return set(explorer._results)
+        return set(explorer.cached_figures())
 
     assert in_a_fresh_thread(learner) == {("mean", 8, 2), ("mean", 9, 2)}
 
@@ -131,7 +131,7 @@ def test_gradient_sum_prepares_the_next_batch_and_then_shows_it_without_recomput
         assert made == [("mean", 8, 2), ("mean", 9, 2)], "the guess waits until the answer has gone out"
         await asyncio.sleep(AFTER_THE_GUESS_S)
         assert made[-1] == ("mean", 10, 2)
-        guessed_png = explorer._pngs[("mean", 10, 2)][0]
+        guessed_png = explorer.cached_figures()[("mean", 10, 2)][0]
         explorer.batch_slider.value = 10
         assert made.count(("mean", 10, 2)) == 1
         assert explorer.image.value == guessed_png and "10 rows" in explorer.summary.value
@@ -144,12 +144,12 @@ def test_step_through_draws_the_next_stage_after_next() -> None:
         explorer = StepThrough(devices=2, batch=6)
         explorer.next_button.click()  # to scatter; the guess is replicate's figure
         replicate = STAGES[2].figure
-        assert ((2, 6), replicate) not in explorer._pngs
+        assert ((2, 6), replicate) not in explorer.cached_figures()
         await asyncio.sleep(AFTER_THE_GUESS_S)
-        assert ((2, 6), replicate) in explorer._pngs
+        assert ((2, 6), replicate) in explorer.cached_figures()
         explorer.devices_slider.value = 3  # at scatter; the guess is 4 devices, with scatter's figure
         await asyncio.sleep(AFTER_THE_GUESS_S)
-        assert (4, 6) in explorer._records and ((4, 6), STAGES[1].figure) in explorer._pngs
+        assert ((4, 6), STAGES[1].figure) in explorer.cached_figures()  # so the step of (4, 6) has run
 
     in_a_fresh_thread(asyncio.run, learner())
 
@@ -212,10 +212,10 @@ def test_timeline_draws_what_the_next_run_starts_from_while_the_learner_looks() 
     async def learner() -> None:
         explorer = TraceExplorer(model="small", batch=16, devices=2, steps=1)
         explorer.run_button.click()
-        (kept,) = explorer._canvas._drawn.values()
-        assert kept.redraw._background is None, "the look-ahead waits until the answer has gone out"
+        (kept,) = explorer.timeline_canvas.kept
+        assert not kept.redraw.prepared, "the look-ahead waits until the answer has gone out"
         await asyncio.sleep(AFTER_THE_GUESS_S)
-        assert kept.redraw._background is not None
+        assert kept.redraw.prepared
         explorer.run_button.click()  # into the kept figure, or a fresh one if its tick labels no longer fit
         assert not explorer.message.value
 

@@ -6,7 +6,8 @@ import pytest
 
 from dpcourse import memory
 from dpcourse.memory import MIB, Setup, sized_mlp
-from dpcourse.widgets import MemoryCalculator, _base
+from dpcourse.ui.controls import ERROR_STYLE
+from dpcourse.widgets import MemoryCalculator
 from tests.benchmarks.widget_latency import measure_interactions
 from tests.widget_html import PNG, table_rows, text
 
@@ -75,7 +76,7 @@ def test_a_typed_value_that_makes_no_sense_shows_its_error_and_clears_the_result
     c = MemoryCalculator()
     getattr(c, control).value = typed
     assert text(c.message).startswith(message)
-    assert _base.ERROR_STYLE in c.message.value
+    assert ERROR_STYLE in c.message.value
     assert c.summary.value == c.bytes_table.value == "" and c.image.layout.display == "none"
     getattr(c, control).value = "64"  # a good value clears the error and shows results again
     assert c.message.value == "" and c.bytes_table.value and c.image.layout.display is None

@@ -95,23 +95,6 @@ def test_first_difference_names_the_rank_and_the_parameter():
     assert message.startswith("rank 1's 2.bias (15,) differs from one-device Adam by up to 0.001")
 
 
-@pytest.mark.parametrize("world_size", range(1, 9))
-def test_shard_range_covers_every_vector_in_order_with_ceil_sized_shards(world_size):
-    for numel in range(41):
-        pieces = [zero1.shard_range(numel, rank, world_size) for rank in range(world_size)]
-        assert [n for piece in pieces for n in range(*piece)] == list(range(numel))
-        assert [b - a for a, b in pieces] == [len(c) for c in torch.arange(numel).chunk(world_size)] + [0] * (
-            world_size - len(torch.arange(numel).chunk(world_size)))
-
-
-@pytest.mark.parametrize(("args", "message"), [((10, 2, 2), "rank must be one of 0 ... 1"),
-                                                ((-1, 0, 2), "numel must be a whole number >= 0"),
-                                                ((10, 0, 0), "world_size must be a whole number >= 1")])
-def test_shard_range_names_a_bad_argument(args, message):
-    with pytest.raises(ValueError, match=message):
-        zero1.shard_range(*args)
-
-
 # The quiz: each experiment measures the keyed answer here, and the distractor in a planted world.
 
 @pytest.mark.parametrize("question_id", QUESTIONS)

@@ -78,11 +78,6 @@ def test_a_step_before_backward_says_what_to_do():
         ranks.train_on_ranks(_step_first, 2)
 
 
-def test_an_unknown_kind_of_collectives_names_the_two_known():
-    with pytest.raises(ValueError, match="choose 'torch' .* or 'ring'"):
-        ranks.train_on_ranks(zero2.train, 2, extra={"collectives": "nccl"})
-
-
 def test_bucket_indices_is_ddps_rule_reversed():
     assert zero2.bucket_indices(NUMELS, 100) == [[3, 4, 5], [1, 2], [0]]
     assert zero2.bucket_indices(NUMELS, 10**6) == [[0, 1, 2, 3, 4, 5]]

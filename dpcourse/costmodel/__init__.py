@@ -1,14 +1,16 @@
 """How long one training step takes under DataParallel, DDP and the ZeRO stages, term by term, and when DP stops
 paying off.
 
-``formula(kind)`` gives the model as text for ``kind`` in ``KINDS``; ``step_time(kind, n, workload, hardware)``
-returns every term separately (a widget can stack them); ``predict_speedup(preset)`` gives the speed-up over
-one device for n = 1..8. ``PRESETS`` are rough numbers for common machines, each with its sources
-(``Hardware.sources``); ``calibrate()`` measures *this* machine's terms from DataParallel steps on CPU devices.
-``dpcourse.viz.plot_speedup`` draws the curves. The GPU presets come from published specifications and assumed
-orders of magnitude, not from a GPU measurement: what they give is a prediction of the cost model.
-``fit_gpu`` fits one real GPU's terms from the steps recorded on it (``dpcourse.recording``).
-``zero_memory(kind, params, n)`` predicts the bytes per rank of a large model under DDP and the ZeRO stages.
+``formula(kind)`` gives the model as text for ``kind`` in ``KINDS``, the course's one list of kinds
+(``training_setup.KINDS``: ``"one device"``, ``"DataParallel"``, ``"DDP"``, ``"ZeRO-1"`` to ``"ZeRO-3"``; FSDP is
+ZeRO-3). ``step_time(kind, n, workload, hardware)`` returns every term separately (a widget can stack them);
+``predict_speedup(preset)`` gives the speed-up over one device for n = 1..8. ``PRESETS`` are rough numbers for
+common machines, each with its sources (``Hardware.sources``); ``calibrate()`` measures *this* machine's terms from
+DataParallel steps on CPU devices. ``dpcourse.viz.plot_speedup`` draws the curves. The GPU presets come from
+published specifications and assumed orders of magnitude, not from a GPU measurement: what they give is a
+prediction of the cost model. ``fit_gpu`` fits one real GPU's terms from the steps recorded on it
+(``dpcourse.recording``). ``zero_memory(kind, params, n)`` predicts the bytes per rank of a large model under
+DDP and the ZeRO stages.
 
 The modules: ``model`` (``Workload``, ``Hardware``, the formulas, ``step_time``), ``presets`` (``PRESETS``,
 ResNet-50, ``EXAMPLE``), ``speedup`` (``predict_speedup``), ``zero`` (``zero_memory``), ``measure`` (timing DP
@@ -26,7 +28,7 @@ ResNet-50's is ``resnet50_flops()``; tests/test_costmodel.py checks both against
 
 from .fit import Calibration, calibrate, fit_gpu
 from .measure import Setup, measure
-from .model import DDP_BUCKET_BYTES, FORMULAS, KINDS, SYMBOLS, Hardware, Kind, Workload, formula, step_time
+from .model import DDP_BUCKET_BYTES, FORMULAS, KINDS, SYMBOLS, Hardware, Workload, formula, step_time
 from .presets import EXAMPLE, PRESETS, resnet50_flops, resnet50_layers, resnet50_modules, resnet50_params
 from .speedup import Speedup, predict_speedup
 from .zero import ZERO_MEMORY, zero_memory
@@ -41,7 +43,6 @@ __all__ = [
     "ZERO_MEMORY",
     "Calibration",
     "Hardware",
-    "Kind",
     "Setup",
     "Speedup",
     "Workload",

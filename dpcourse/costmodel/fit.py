@@ -87,7 +87,7 @@ def _fit_copies(hardware: Hardware, fitted: Sequence[Setup], fitted_seconds: Seq
                 held_out: Sequence[Setup], held_out_seconds: Sequence[float]) -> Calibration:
     """Fit alpha and h_dp to what untraced DP steps take beyond the terms ``hardware`` already has, and beta too
     while ``hardware.bandwidth`` is still unknown (math.inf); a measured bandwidth stays as it is."""
-    rest = [t - sum(step_time("dp", s.devices, s.workload(), hardware).values())
+    rest = [t - sum(step_time("DataParallel", s.devices, s.workload(), hardware).values())
             for s, t in zip(fitted, fitted_seconds, strict=True)]
     bandwidth = hardware.bandwidth
     if math.isinf(bandwidth):
@@ -98,7 +98,7 @@ def _fit_copies(hardware: Hardware, fitted: Sequence[Setup], fitted_seconds: Seq
         latency, dp_overhead = _fit(_rows(fitted, lambda n, w, b: [2 * n, 1]), rest)
     hardware = dataclasses.replace(hardware, bandwidth=bandwidth, latency=latency, dp_overhead=dp_overhead)
     table = [{"hidden": s.hidden, "depth": s.depth, "devices": s.devices, "batch": s.batch, "measured": t,
-              "predicted": sum(step_time("dp", s.devices, s.workload(), hardware).values()),
+              "predicted": sum(step_time("DataParallel", s.devices, s.workload(), hardware).values()),
               "used": "fitted" if i < len(fitted) else "held out"}
              for i, (s, t) in enumerate(zip([*fitted, *held_out], [*fitted_seconds, *held_out_seconds], strict=True))]
     return Calibration(hardware, table)

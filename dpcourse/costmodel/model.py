@@ -6,15 +6,15 @@ widget can stack them). A teaching model: each term is one line of the formula, 
 
 import dataclasses
 import math
-from typing import Literal
 
 from torch import nn
 
-Kind = Literal["single", "dp", "ddp", "zero1", "zero2", "zero3", "fsdp"]
-KINDS = ("single", "dp", "ddp", "zero1", "zero2", "zero3", "fsdp")  # "fsdp" is ZeRO-3 by another name
+from ..training_setup import KINDS
+
+# One formula per kind of training_setup.KINDS, keyed by its name. FSDP is ZeRO-3 (see ZeRO-3's formula).
 FORMULAS = {
-    "single": "T_1 = B * C / F + 3S / mu  (compute)  +  M * o  (python)  +  h  (overhead)",
-    "dp": """\
+    "one device": "T_1 = B * C / F + 3S / mu  (compute)  +  M * o  (python)  +  h  (overhead)",
+    "DataParallel": """\
 T_DP(N) = compute    (B * C / F + N * 3S / mu) / min(N, U)  the batch's FLOPs; each replica reads the weights 3x
         + python     N * M * o                          every replica's modules, one at a time (one GIL)
         + replicate  N * M * r + c(N) * (S/beta + alpha)  build N replicas, copy the S parameter bytes
@@ -22,13 +22,13 @@ T_DP(N) = compute    (B * C / F + N * 3S / mu) / min(N, U)  the batch's FLOPs; e
         + scatter    (N-1)/N * B * x / beta + 2 * alpha  inputs out, outputs back to device 0
         + overhead   h + h_dp                           threads, autograd bookkeeping
 c(N) = N-1 copies one after another, or 1 when they are pipelined (NCCL broadcast and reduce). N = 1 is T_1.""",
-    "ddp": """\
+    "DDP": """\
 T_DDP(N) = compute    (B * C / F + N * 3S / mu) / min(N, U)  each process: B/N samples, all the weights
          + python     M * o                             one replica per process, all in parallel
          + allreduce  max(A - 2/3 * compute, A / k)     what backward does not hide; the last bucket never is
          + overhead   h + h_ddp
 A = 2 (N-1)/N * S/beta + 2 (N-1) k * alpha: a ring all-reduce of S bytes in k = ceil(S / 25 MiB) buckets.""",
-    "zero1": """\
+    "ZeRO-1": """\
 T_ZeRO-1,2(N) = compute         (B * C / F + N * 3S / mu) / min(N, U)  as DDP: B/N samples per rank
               + python          M * o
               + reduce_scatter  max(G - 2/3 * compute, G / k)   gradients: each rank gets the sum of its shard,
@@ -39,7 +39,7 @@ G = (N-1)/N * S/beta + (N-1) k * alpha: a ring reduce-scatter or all-gather of S
 2 (N-1)/N * S, DDP's all-reduce (a ring all-reduce is a reduce-scatter, then an all-gather). ZeRO-1 and ZeRO-2
 send the same bytes and differ in memory (zero_memory). torch's ZeroRedundancyOptimizer under DDP all-reduces,
 then broadcasts each rank's shard: 3 (N-1)/N * S, not modelled here.""",
-    "zero3": """\
+    "ZeRO-3": """\
 T_ZeRO-3(N) = compute         (B * C / F + N * 3S / mu) / min(N, U)  as DDP: B/N samples per rank
             + python          M * o
             + forward_gather  max(G - compute / 3, G / k)   each unit's parameters before its forward
@@ -47,10 +47,9 @@ T_ZeRO-3(N) = compute         (B * C / F + N * 3S / mu) / min(N, U)  as DDP: B/N
                                                               reduce-scatter its gradients after it
             + overhead        h + h_ddp
 G as for ZeRO-1: all-gather, all-gather, reduce-scatter = 3 (N-1)/N * S, 1.5 x DDP's all-reduce; k units
-(here the buckets of 25 MiB). FSDP (fully_shard) is ZeRO-3.""",
+(here the buckets of 25 MiB). FSDP2 (fully_shard) is ZeRO-3; with reshard_after_forward=False it is ZeRO-2.""",
 }
-FORMULAS["zero2"] = FORMULAS["zero1"]
-FORMULAS["fsdp"] = FORMULAS["zero3"]
+FORMULAS["ZeRO-2"] = FORMULAS["ZeRO-1"]
 SYMBOLS = """\
 B batch, C FLOPs per sample, forward + backward (6P for an MLP: forward 2, backward 4 per parameter), P parameters,
 S = P * bytes per parameter, M modules, x input + output bytes per sample, F FLOP/s of one device,
@@ -143,7 +142,7 @@ class Hardware:
             _amount(self, seconds, positive=False)
 
 
-def formula(kind: Kind = "dp") -> str:
+def formula(kind: str = "DataParallel") -> str:
     """The formula for ``kind`` (one of ``KINDS``), with what every symbol means."""
     _known(kind)
     return f"{FORMULAS[kind]}\n{SYMBOLS}"
@@ -154,8 +153,9 @@ def _known(kind: object) -> None:
         raise ValueError(f"kind must be one of {list(KINDS)}, not {kind!r}.")
 
 
-def step_time(kind: Kind, n: int, workload: Workload, hardware: Hardware) -> dict[str, float]:
-    """Seconds per training step, one entry per term of ``formula(kind)``; their sum is the step time.
+def step_time(kind: str, n: int, workload: Workload, hardware: Hardware) -> dict[str, float]:
+    """Seconds per training step of ``kind`` (one of ``KINDS``) on ``n`` devices, one entry per term of
+    ``formula(kind)``; their sum is the step time.
 
     Raises ``ValueError`` when a workload is so large that its step overflows floating point (more than about
     1.8e308 FLOPs or seconds): no answer would be a number.
@@ -173,16 +173,16 @@ def step_time(kind: Kind, n: int, workload: Workload, hardware: Hardware) -> dic
     return terms
 
 
-def _terms(kind: Kind, n: int, workload: Workload, hardware: Hardware) -> dict[str, float]:
+def _terms(kind: str, n: int, workload: Workload, hardware: Hardware) -> dict[str, float]:
     w, h = workload, hardware
     size = w.params * w.bytes_per_param
-    n = 1 if kind == "single" else n
+    n = 1 if kind == "one device" else n
     compute = (w.batch * w.flops / h.flops + n * 3 * size / h.memory_bandwidth) / min(n, h.compute_units)
-    python = (n if kind == "dp" else 1) * w.modules * h.module_time
+    python = (n if kind == "DataParallel" else 1) * w.modules * h.module_time
     python = max(0.0, python - compute) if h.asynchronous else python
     if n == 1:
         return {"compute": compute, "python": python, "overhead": h.step_overhead}
-    if kind == "dp":
+    if kind == "DataParallel":
         copies = (1 if h.pipelined else n - 1) * (size / h.bandwidth + h.latency)
         return {"compute": compute, "python": python,
                 "replicate": n * w.modules * h.replicate_time + copies, "reduce": copies,
@@ -191,10 +191,10 @@ def _terms(kind: Kind, n: int, workload: Workload, hardware: Hardware) -> dict[s
     buckets = max(1, math.ceil(size / DDP_BUCKET_BYTES))
     gather = (n - 1) / n * size / h.bandwidth + (n - 1) * buckets * h.latency  # a ring all-gather or reduce-scatter
     common = {"compute": compute, "python": python}
-    if kind == "ddp":
+    if kind == "DDP":
         allreduce = 2 * (n - 1) / n * size / h.bandwidth + 2 * (n - 1) * buckets * h.latency  # = 2 * gather
         communication = {"allreduce": max(allreduce - 2 / 3 * compute, allreduce / buckets)}
-    elif kind in ("zero1", "zero2"):
+    elif kind in ("ZeRO-1", "ZeRO-2"):
         communication = {"reduce_scatter": max(gather - 2 / 3 * compute, gather / buckets), "all_gather": gather}
     else:
         communication = {"forward_gather": max(gather - compute / 3, gather / buckets),

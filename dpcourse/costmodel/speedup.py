@@ -35,12 +35,12 @@ def predict_speedup(preset: str | Hardware, workload: Workload = EXAMPLE, max_de
         raise ValueError(f"max_devices must be a whole number >= 1 (curves run 1..max_devices), not {max_devices!r}.")
     hardware = PRESETS[preset] if isinstance(preset, str) else preset
     n_values = list(range(1, max_devices + 1))
-    single = sum(step_time("single", 1, workload, hardware).values())
+    single = sum(step_time("one device", 1, workload, hardware).values())
     if single == 0:
         raise ValueError(f"{hardware.name!r} takes 0 s per step on one device (infinite rates, no overheads), so "
                          "there is no speed-up to compare; give it a finite rate or an overhead.")
     speedups = {kind: [single / sum(step_time(kind, n, workload, hardware).values()) for n in n_values]
-                for kind in ("dp", "ddp")}
-    return Speedup(hardware, workload, n_values, speedups["dp"], speedups["ddp"])
+                for kind in ("DataParallel", "DDP")}
+    return Speedup(hardware, workload, n_values, speedups["DataParallel"], speedups["DDP"])
 
 

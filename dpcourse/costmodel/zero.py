@@ -9,31 +9,36 @@ course's float32 MLP and is checked against what torch's implementations hold on
 models no CPU here can hold, are predictions.
 """
 
-from typing import Literal
+from ..training_setup import MOST_DEVICES, whole
 
-ZeroKind = Literal["ddp", "zero1", "zero2", "zero3", "fsdp"]
 PARAMETER_BYTES, GRADIENT_BYTES, STATE_BYTES = 2, 2, 12
+# The largest models trained have about 10^12 parameters (ZeRO's paper plans for a trillion); a count a thousand
+# times larger is a slip of the exponent, not a model. Refusing it also keeps every answer a float: 10^400
+# parameters would overflow one (above about 1.8e308) instead of giving a number of bytes.
+MOST_PARAMS = 10**15
 ZERO_MEMORY = """\
 bytes per rank, P parameters on N ranks, mixed precision with Adam (2 + 2 + 12 bytes per parameter):
-  ddp      parameters 2P      gradients 2P      optimizer state 12P       = 16P
-  zero1    parameters 2P      gradients 2P      optimizer state 12P / N
-  zero2    parameters 2P      gradients 2P / N  optimizer state 12P / N
-  zero3    parameters 2P / N  gradients 2P / N  optimizer state 12P / N   = 16P / N   (fsdp: the same)
+  DDP      parameters 2P      gradients 2P      optimizer state 12P       = 16P
+  ZeRO-1   parameters 2P      gradients 2P      optimizer state 12P / N
+  ZeRO-2   parameters 2P      gradients 2P / N  optimizer state 12P / N
+  ZeRO-3   parameters 2P / N  gradients 2P / N  optimizer state 12P / N   = 16P / N   (FSDP is ZeRO-3)
 activations and temporary buffers not included."""
 PER_PARAMETER = {"parameters": PARAMETER_BYTES, "gradients": GRADIENT_BYTES, "optimizer state": STATE_BYTES}
-SHARDED = {"ddp": (), "zero1": ("optimizer state",), "zero2": ("gradients", "optimizer state"),
-           "zero3": tuple(PER_PARAMETER), "fsdp": tuple(PER_PARAMETER)}  # what each kind divides by N
+# What each kind of training_setup.KINDS that starts ranks divides by N.
+SHARDED = {"DDP": (), "ZeRO-1": ("optimizer state",), "ZeRO-2": ("gradients", "optimizer state"),
+           "ZeRO-3": tuple(PER_PARAMETER)}
 
 
-def zero_memory(kind: ZeroKind, params: int, n: int) -> dict[str, float]:
+def zero_memory(kind: str, params: int, n: int) -> dict[str, float]:
     """Predicted bytes per rank for ``params`` parameters on ``n`` ranks: parameters, gradients, optimizer state.
 
-    ``zero_memory("zero3", 7 * 10**9, 8)``: a 7-billion-parameter model on 8 ranks, 14 GB per rank (1e9 bytes)
-    where DDP needs 112. The formulas are ``ZERO_MEMORY``.
+    ``kind`` is ``"DDP"``, ``"ZeRO-1"``, ``"ZeRO-2"`` or ``"ZeRO-3"`` (FSDP is ZeRO-3).
+    ``zero_memory("ZeRO-3", 7 * 10**9, 8)``: a 7-billion-parameter model on 8 ranks, 14 GB per rank (1e9 bytes)
+    where DDP needs 112. The formulas are ``ZERO_MEMORY``. ``params`` is at most ``MOST_PARAMS`` (10^15), ``n``
+    at most ``training_setup.MOST_DEVICES``; anything else raises ``ValueError`` naming it.
     """
     if kind not in SHARDED:
         raise ValueError(f"kind must be one of {list(SHARDED)}, not {kind!r}.")
-    for name, value in (("params", params), ("n", n)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be a whole number >= 1, not {value!r}.")
+    params = whole("params", params, "parameters of the model", MOST_PARAMS)
+    n = whole("n", n, "ranks", MOST_DEVICES)
     return {name: per_param * params / (n if name in SHARDED[kind] else 1) for name, per_param in PER_PARAMETER.items()}

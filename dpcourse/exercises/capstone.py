@@ -30,12 +30,9 @@ import torch
 from torch import nn
 
 from dpcourse.data_parallel import DataParallel
+from dpcourse.ui.words import plural
 
 from .check import Case, Exercise, equals, first_difference
-
-
-def _count(n: int, word: str) -> str:
-    return f"{n} {word}" + ("s" if n != 1 else "")
 
 
 def _rows(batch: int, features: int = 3) -> torch.Tensor:
@@ -45,7 +42,7 @@ def _rows(batch: int, features: int = 3) -> torch.Tensor:
 CAPSTONE_SCATTER = Exercise(
     "capstone_scatter",
     "Write scatter(x, n): the chunks of x for n replicas, by torch.chunk's rule.",
-    lambda: [Case(f"{b} rows, {_count(n, 'device')}", (_rows(b), n), hint) for b, n, hint in [
+    lambda: [Case(f"{b} rows, {plural(n, 'device')}", (_rows(b), n), hint) for b, n, hint in [
         (10, 4, "chunks of ceil(10 / 4) = 3 rows, then what is left"),
         (6, 4, "6 rows on 4 devices give 3 chunks of 2: the 4th replica gets nothing"),
         (3, 1, "one device gets the whole batch"),
@@ -75,7 +72,7 @@ def _judge_broadcast(case: Case, outputs: Any) -> str | None:
 
 
 def _broadcast_cases() -> list[Case]:
-    cases = [Case(f"{_count(n, 'replica')} of 2 tensors", (n, torch.ones(2, 2, requires_grad=True),
+    cases = [Case(f"{plural(n, 'replica')} of 2 tensors", (n, torch.ones(2, 2, requires_grad=True),
                                                   torch.arange(3.0, requires_grad=True)), hint) for n, hint in [
         (1, "with one replica, forward returns the tensors themselves"),
         (2, "replica 1's tensors are clones; the gradient of each original is the sum over replicas"),
@@ -121,7 +118,7 @@ def _replicate_cases() -> list[Case]:
         module = CapstoneModel()
         copies = [[p if i == 0 else p.detach().clone() for p in module.parameters()] for i in range(n)]
         hint = "use module._replicate_for_data_parallel() for every submodule"
-        cases.append(Case(_count(n, "replica"), (module, copies), hint))
+        cases.append(Case(plural(n, "replica"), (module, copies), hint))
     return cases
 
 
@@ -167,7 +164,7 @@ def _call_parallel_apply(function: Callable, case: Case) -> Any:
 def _judge_parallel_apply(case: Case, outputs: Any) -> str | None:
     (functions, inputs), seen, started = case.args, case.context["seen"], case.context["started"]
     if len(started) > len(functions):
-        return (f"your parallel_apply started {len(started)} threads for {_count(len(functions), 'replica')}: "
+        return (f"your parallel_apply started {len(started)} threads for {plural(len(functions), 'replica')}: "
                 f"start one thread per replica, no more")
     if "fails" in case.context:
         if not isinstance(outputs, ReplicaFailed):
@@ -181,7 +178,8 @@ def _judge_parallel_apply(case: Case, outputs: Any) -> str | None:
     threads = {name for _, name in seen}
     caller = threading.current_thread().name
     if len(functions) > 1 and (len(threads) != len(functions) or caller in threads):
-        return f"{len(functions)} replicas ran in {len(threads)} thread(s) {sorted(threads)}: start one new thread each"
+        return (f"{len(functions)} replicas ran in {plural(len(threads), 'thread')} {sorted(threads)}: start one new "
+                "thread each")
     return None
 
 
@@ -191,7 +189,7 @@ def _parallel_apply_cases() -> list[Case]:
         seen: list = []
         functions, inputs = [_probe(i, seen) for i in range(n)], [_rows(2) + i for i in range(n)]
         hint = "start every thread, then join them all, then return the outputs"
-        cases.append(Case(_count(n, "replica"), (functions, inputs), hint, {"seen": seen, "started": []}))
+        cases.append(Case(plural(n, "replica"), (functions, inputs), hint, {"seen": seen, "started": []}))
     seen = []
     functions = [_probe(0, seen), _failing(1, seen), _probe(2, seen)]
     hint = "in each thread, catch the exception and keep it in place of the output; after joining, raise it"
@@ -219,7 +217,7 @@ CAPSTONE_REPLICATE = Exercise(
 CAPSTONE_GATHER = Exercise(
     "capstone_gather",
     "Write gather(outputs): concatenate the replicas' outputs along dim 0, in replica order.",
-    lambda: [Case(_count(len(sizes), "output"), ([_rows(b) + i for i, b in enumerate(sizes)],), "replica 0 first")
+    lambda: [Case(plural(len(sizes), "output"), ([_rows(b) + i for i, b in enumerate(sizes)],), "replica 0 first")
              for sizes in [(3, 3, 3, 1), (2,), (4, 2)]],
     equals(lambda outputs: torch.cat(outputs)),
 )
@@ -300,7 +298,7 @@ def _data_parallel_cases() -> list[Case]:
     for batch, n in [(8, 1), (10, 2), (8, 3), (6, 4)]:  # the hints come from the judge: what differed, where to look
         mine, reference = CapstoneModel(), CapstoneModel()
         x = torch.randn(batch, 3, generator=torch.Generator().manual_seed(batch))
-        cases.append(Case(f"{batch} rows on {_count(n, 'CPU device')}", (mine, x, n), "", {"reference": reference}))
+        cases.append(Case(f"{batch} rows on {plural(n, 'CPU device')}", (mine, x, n), "", {"reference": reference}))
     # One parameter: Broadcast's flat output holds one tensor per replica, so grouping it must not drop the last.
     # PReLU's slopes: Linear(bias=False) keeps a None bias in _parameters, which the lesson's replicate expects not
     mine, reference = (CapstoneModel(nn.Sequential(nn.PReLU(3), nn.Tanh())) for _ in range(2))

@@ -28,6 +28,8 @@ from typing import Any
 
 import torch
 
+from ..ui.words import plural
+
 NOT_ATTEMPTED, PASSED, FAILED = "not attempted yet", "passed", "failed"
 
 
@@ -113,7 +115,7 @@ class Report:
         if self.status == NOT_ATTEMPTED:
             return f"not attempted yet. {self.exercise.task}"
         passed = sum(o.verdict == PASSED for o in self.outcomes)
-        return f"{passed} of {len(self.outcomes)} cases passed" + (" ✓" if self.status == PASSED else "")
+        return f"{passed} of {plural(len(self.outcomes), 'case')} passed" + (" ✓" if self.status == PASSED else "")
 
 
 class GradedReport(Report):
@@ -193,7 +195,7 @@ def _generated(exercise: Exercise, function: Callable) -> CaseResult:
         if outcome.verdict == FAILED:
             return CaseResult(dataclasses.replace(case, description=f"generated: {case.description}"), FAILED,
                            outcome.detail)
-    return CaseResult(Case(f"{len(cases)} generated cases", ()), PASSED)
+    return CaseResult(Case(plural(len(cases), "generated case"), ()), PASSED)
 
 
 class OverTime(BaseException):
@@ -255,11 +257,6 @@ def _own_line(error: BaseException) -> str:
     return f" (line {frame.lineno} of {frame.name}: {frame.line.strip()})"
 
 
-def items(count: int) -> str:
-    """``"1 item"``, ``"3 items"``: a count in a check's message."""
-    return f"{count} item" if count == 1 else f"{count} items"
-
-
 def first_difference(expected: Any, got: Any, where: str = "answer", atol: float = 1e-6) -> str | None:
     """``None`` if ``got`` equals ``expected`` (tensors within ``atol``), else where and how they first differ."""
     if isinstance(expected, torch.Tensor):
@@ -272,8 +269,8 @@ def first_difference(expected: Any, got: Any, where: str = "answer", atol: float
         return next((d for d in differences if d), None)
     if isinstance(expected, (list, tuple)):
         if not isinstance(got, (list, tuple)) or len(got) != len(expected):
-            found = items(len(got)) if isinstance(got, (list, tuple)) else type(got).__name__
-            return f"{where}: expected {items(len(expected))}, got {found}"
+            found = plural(len(got), "item") if isinstance(got, (list, tuple)) else type(got).__name__
+            return f"{where}: expected {plural(len(expected), 'item')}, got {found}"
         pairs = enumerate(zip(expected, got, strict=True))
         differences = (first_difference(e, g, f"{where}[{i}]", atol) for i, (e, g) in pairs)
         return next((d for d in differences if d), None)

@@ -3,6 +3,7 @@
 import torch
 
 from .. import examples
+from ..ui.words import plural
 from .check import Case, Exercise, equals, first_difference
 
 
@@ -13,7 +14,8 @@ def _gradients(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -> list
 def _gradient_cases() -> list[Case]:
     hint = "the loss is examples.loss_fn(model(x), y), a mean over the batch; differentiate it w.r.t. every parameter"
     return [
-        Case(f"{batch} rows, model seed {seed}", (examples.make_model(seed), *examples.make_batch(batch, seed)), hint)
+        Case(f"{plural(batch, 'row')}, model seed {seed}",
+             (examples.make_model(seed), *examples.make_batch(batch, seed)), hint)
         for batch, seed in [(10, 0), (7, 1), (1, 2)]
     ]
 

@@ -3,6 +3,7 @@
 import torch
 
 from ..examples import seeded_randn
+from ..ui.words import plural
 from .check import Case, Exercise
 
 
@@ -17,23 +18,20 @@ def _chunk_sizes_judge(case: Case, answer) -> str | None:
     if not isinstance(answer, (list, tuple)) or not all(isinstance(size, int) for size in answer):
         return f"expected a list of whole numbers like {expected}, got {answer!r}"
     if sum(answer) != batch:
-        return (f"expected {expected}, got {list(answer)}: {sum(answer)} rows in all, but the batch has {batch}. "
-                f"Every row goes to exactly one replica")
+        return (f"expected {expected}, got {list(answer)}: {plural(sum(answer), 'row')} in all, but the batch has "
+                f"{batch}. Every row goes to exactly one replica")
     if 0 in answer:
         return (f"expected {expected}, got {list(answer)}: an empty chunk. torch.chunk never makes one: "
                 f"a device with nothing left gets no chunk, and fewer replicas run")
     if list(answer) != expected:
         size = -(-batch // n)
         return (f"expected {expected}, got {list(answer)}: torch.chunk gives every chunk ceil({batch} / {n}) = "
-                f"{size} rows, the last one what is left")
+                f"{plural(size, 'row')}, the last one what is left")
     return None
 
 
 def _every_batch_up_to_24_on_up_to_8_devices() -> list[Case]:
-    def rows(count: int, what: str) -> str:
-        return f"{count} {what}" + ("" if count == 1 else "s")
-
-    return [Case(f"{rows(batch, 'row')} on {rows(n, 'device')}", (batch, n)) for batch in range(1, 25)
+    return [Case(f"{plural(batch, 'row')} on {plural(n, 'device')}", (batch, n)) for batch in range(1, 25)
             for n in range(1, 9)]
 
 
@@ -58,8 +56,8 @@ def _views_judge(case: Case, answer) -> str | None:
     x, n = case.args
     expected = x.chunk(n)
     if not isinstance(answer, (list, tuple)) or len(answer) != len(expected):
-        found = f"{len(answer)} chunks" if isinstance(answer, (list, tuple)) else type(answer).__name__
-        return f"expected {len(expected)} chunks (sizes {[len(c) for c in expected]}), got {found}"
+        found = plural(len(answer), "chunk") if isinstance(answer, (list, tuple)) else type(answer).__name__
+        return f"expected {plural(len(expected), 'chunk')} (sizes {[len(c) for c in expected]}), got {found}"
     start = 0
     for i, (want, got) in enumerate(zip(expected, answer, strict=True)):
         if not isinstance(got, torch.Tensor) or got.shape != want.shape or not torch.equal(got, want):
@@ -73,8 +71,8 @@ def _views_judge(case: Case, answer) -> str | None:
 
 
 def _every_batch_up_to_12_on_up_to_6_devices() -> list[Case]:
-    return [Case(f"{batch} rows on {n} devices", (seeded_randn(batch, 2, seed=batch), n)) for batch in range(1, 13)
-            for n in range(1, 7)]
+    return [Case(f"{plural(batch, 'row')} on {plural(n, 'device')}", (seeded_randn(batch, 2, seed=batch), n))
+            for batch in range(1, 13) for n in range(1, 7)]
 
 
 SCATTER_ROWS = Exercise(

@@ -5,17 +5,18 @@ import itertools
 import torch
 
 from .. import examples
+from ..ui.words import plural
 from .check import Case, Exercise, equals
 
 
 def _replicas_judge(case: Case, answer) -> str | None:
     params, n = case.args
     if not isinstance(answer, (list, tuple)) or len(answer) != n:
-        found = f"{len(answer)} lists" if isinstance(answer, (list, tuple)) else type(answer).__name__
-        return f"expected {n} lists of parameters, one per replica, got {found}"
+        found = plural(len(answer), "list") if isinstance(answer, (list, tuple)) else type(answer).__name__
+        return f"expected {plural(n, 'list')} of parameters, one per replica, got {found}"
     for r, replica in enumerate(answer):
         if len(replica) != len(params):
-            return f"replica {r} has {len(replica)} tensors, expected {len(params)}"
+            return f"replica {r} has {plural(len(replica), 'tensor')}, expected {len(params)}"
         for j, (original, copy) in enumerate(zip(params, replica, strict=True)):
             if r == 0 and copy is not original:
                 return f"replica 0, tensor {j} is not the original tensor: replica 0 must reuse it, not copy it"
@@ -85,7 +86,7 @@ def _models_on_up_to_6_devices() -> list[Case]:
         "BatchNorm1d(6)": lambda: torch.nn.BatchNorm1d(6),
         "float16 Embedding(10, 3)": lambda: torch.nn.Embedding(10, 3).half(),
     }
-    return [Case(f"{name} on {n} devices", (make(), n)) for name, make in models.items() for n in range(1, 7)]
+    return [Case(f"{name} on {plural(n, 'device')}", (make(), n)) for name, make in models.items() for n in range(1, 7)]
 
 
 REPLICATE_BYTES = Exercise(

@@ -4,6 +4,7 @@ import threading
 
 import torch
 
+from ..ui.words import plural
 from .check import Case, Exercise
 
 _WAIT = 1.0  # seconds a probe waits for the other replicas: only a wrong answer (one at a time) ever waits
@@ -53,8 +54,8 @@ def _threads_judge(case: Case, answered: tuple) -> str | None:
     probes, inputs = case.args
     answer, escaped = answered
     if not isinstance(answer, (list, tuple)) or len(answer) != len(inputs):
-        found = f"{len(answer)} outputs" if isinstance(answer, (list, tuple)) else type(answer).__name__
-        return f"expected {len(inputs)} outputs, one per replica in order, got {found}"
+        found = plural(len(answer), "output") if isinstance(answer, (list, tuple)) else type(answer).__name__
+        return f"expected {plural(len(inputs), 'output')}, one per replica in order, got {found}"
     for i, (x, out) in enumerate(zip(inputs, answer, strict=True)):
         if not isinstance(out, torch.Tensor) or not torch.equal(out, x * 2):
             return f"output {i} is not functions[{i}](inputs[{i}]): keep the outputs in replica order"

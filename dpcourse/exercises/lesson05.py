@@ -6,7 +6,8 @@ from collections import namedtuple
 import torch
 
 from ..scatter_gather import gather
-from .check import Case, Exercise, first_difference, items
+from ..ui.words import plural
+from .check import Case, Exercise, first_difference
 
 Pair = namedtuple("Pair", ["logits", "features"])
 
@@ -35,7 +36,7 @@ def _same_structure(expected, got, where: str = "output") -> str | None:
             return f"{where}: expected keys {list(expected)}, got {list(got)}"
         return next((d for k in expected if (d := _same_structure(expected[k], got[k], f"{where}[{k!r}]"))), None)
     if len(got) != len(expected):
-        return f"{where}: expected {items(len(expected))}, got {len(got)}"
+        return f"{where}: expected {plural(len(expected), 'item')}, got {len(got)}"
     pairs = enumerate(zip(expected, got, strict=True))
     return next((d for i, (e, g) in pairs if (d := _same_structure(e, g, f"{where}[{i}]"))), None)
 

@@ -8,6 +8,7 @@ import torch
 from ..data_parallel import DataParallel
 from ..devices import devices
 from ..examples import ChunkMean, seeded_randn
+from ..ui.words import plural
 from .check import Case, Exercise, equals
 
 
@@ -23,7 +24,7 @@ def _reduce_add(grads_per_replica: list[list[torch.Tensor]]) -> list[torch.Tenso
 def _random_replica_gradients() -> list[Case]:
     """1 to 5 replicas of 1 to 3 parameters of assorted shapes, seeded."""
     shapes = [(2,), (3, 1), (1,), (2, 2), (4,)]
-    return [Case(f"{replicas} replicas, {count} parameters",
+    return [Case(f"{plural(replicas, 'replica')}, {plural(count, 'parameter')}",
                  (_grads(10 * replicas + count, replicas, *shapes[:count]),))
             for replicas in range(1, 6) for count in range(1, 4)]
 
@@ -85,7 +86,8 @@ def _sample_weights(batch: int, n: int) -> torch.Tensor:
 
 
 def _every_batch_up_to_12_on_up_to_5_devices() -> list[Case]:
-    return [Case(f"{batch} rows on {n} devices", (batch, n)) for batch in range(1, 13) for n in range(1, 6)]
+    return [Case(f"{plural(batch, 'row')} on {plural(n, 'device')}", (batch, n))
+            for batch in range(1, 13) for n in range(1, 6)]
 
 
 SAMPLE_WEIGHTS = Exercise(

@@ -6,6 +6,7 @@ import torch
 
 from .. import examples
 from ..scatter_gather import gather
+from ..ui.words import plural
 from .check import Case, Exercise
 
 
@@ -23,8 +24,8 @@ def _judge(case: Case, answer) -> str | None:
     if not isinstance(answer, torch.Tensor):
         return f"expected a tensor of losses, got {type(answer).__name__}"
     if answer.shape != target.shape:
-        return (f"the gathered losses have shape {list(answer.shape)} for {len(target)} rows on {n} devices: "
-                f"return one loss per sample, shape [rows]")
+        return (f"the gathered losses have shape {list(answer.shape)} for {plural(len(target), 'row')} on "
+                f"{plural(n, 'device')}: return one loss per sample, shape [rows]")
     expected = examples.loss_fn(output, target)
     if not torch.isclose(answer.mean(), expected, atol=1e-6):
         return f"the gathered losses' mean is {answer.mean().item():.6g}, the full-batch loss is {expected.item():.6g}"

@@ -1,5 +1,6 @@
 """Lesson 09's exercise: the bytes one DataParallel training step moves."""
 
+from ..ui.words import plural
 from .check import Case, Exercise, equals
 
 
@@ -8,7 +9,8 @@ def _bytes_per_step(parameter_bytes: int, n: int) -> dict[str, int]:
 
 
 def _sizes_on_up_to_8_devices() -> list[Case]:
-    return [Case(f"{p} bytes on {n} devices", (p, n)) for p in (1, 4, 1000, 3 * 2**20) for n in range(1, 9)]
+    return [Case(f"{plural(p, 'byte')} on {plural(n, 'device')}", (p, n))
+            for p in (1, 4, 1000, 3 * 2**20) for n in range(1, 9)]
 
 
 BYTES_PER_STEP = Exercise(

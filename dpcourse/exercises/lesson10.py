@@ -8,11 +8,8 @@ that step (reduce-scatter, then all-gather); then on the sums every rank ends wi
 import torch
 from torch.utils.data import DistributedSampler
 
+from ..ui.words import plural
 from .check import Case, Exercise, equals, first_difference
-
-
-def _values(count: int, what: str = "value") -> str:
-    return f"{count} {what}{'s' * (count != 1)}"
 
 
 def _ring_sizes(length: int, n: int) -> list[int]:
@@ -48,7 +45,7 @@ def _message_difference(tensors: list[torch.Tensor], rank: int, number: int, pie
     if any(piece.shape == want.shape and torch.allclose(piece, want, atol=1e-5) for want in pieces):
         return None
     cut = f"tensor_split({n}) cuts {length} values into pieces of {_ring_sizes(length, n)}"
-    where = f"rank {rank}'s message {number + 1} ({phase} step {step}, {_values(piece.numel())})"
+    where = f"rank {rank}'s message {number + 1} ({phase} step {step}, {plural(piece.numel(), 'value')})"
     if phase == "reduce-scatter":
         return (f"{where} is not a piece of the sum of the tensors of ranks {ranks} ({cut}): reduce-scatter comes "
                 "first, and at its step s rank r sends a piece holding its own values and the s previous ranks'")
@@ -69,7 +66,7 @@ def _ring_judge(case: Case, answer) -> str | None:
     for rank in range(n):
         sent = [piece for source, _, piece in messages if source == rank]
         if len(sent) != 2 * (n - 1):
-            return (f"rank {rank} sent {_values(len(sent), 'piece')}, expected 2(n - 1) = {2 * (n - 1)}: n - 1 "
+            return (f"rank {rank} sent {plural(len(sent), 'piece')}, expected 2(n - 1) = {2 * (n - 1)}: n - 1 "
                     "steps of reduce-scatter, then n - 1 of all-gather, one piece per step")
         difference = next(filter(None, (_message_difference(tensors, rank, i, p) for i, p in enumerate(sent))), None)
         if difference:
@@ -82,7 +79,7 @@ def _ring_judge(case: Case, answer) -> str | None:
 def _ranks(seed: int, n: int, length: int, hint: str = "") -> Case:
     generator = torch.Generator().manual_seed(seed)
     tensors = [torch.randn(length, generator=generator) for _ in range(n)]
-    description = f"{n} rank{'s' * (n != 1)}, {_values(length)}"
+    description = f"{plural(n, 'rank')}, {plural(length, 'value')}"
     return Case(description, (tensors,), hint, {"tensors": [t.clone() for t in tensors]})
 
 
@@ -117,7 +114,7 @@ def _distributed_indices(batch: int, rank: int, world: int) -> list[int]:
 
 
 def _every_rank_of_up_to_5() -> list[Case]:
-    return [Case(f"{batch} samples, rank {rank} of {world}", (batch, rank, world)) for batch in range(1, 14)
+    return [Case(f"{plural(batch, 'sample')}, rank {rank} of {world}", (batch, rank, world)) for batch in range(1, 14)
             for world in range(1, 6) for rank in range(world)]
 
 

@@ -8,6 +8,7 @@ import torch
 from ..data_parallel import DataParallel
 from ..devices import devices
 from ..examples import BufferCountingNet, ChunkMean
+from ..ui.words import plural
 from .check import Case, Exercise, equals
 
 
@@ -18,7 +19,8 @@ def _scalar_output_shape(batch: int, n: int) -> tuple[int, ...]:
 
 
 def _every_batch_up_to_10_on_up_to_5_devices() -> list[Case]:
-    return [Case(f"{batch} rows on {n} devices", (batch, n)) for batch in range(1, 11) for n in range(1, 6)]
+    return [Case(f"{plural(batch, 'row')} on {plural(n, 'device')}", (batch, n))
+            for batch in range(1, 11) for n in range(1, 6)]
 
 
 SCALAR_OUTPUT_SHAPE = Exercise(

@@ -25,7 +25,7 @@ def _tensors(seed: int, n: int, *shape: int) -> list[torch.Tensor]:
 
 def _on_ranks(function, case: Case) -> list[dict]:
     (tensors,) = case.args
-    return learner.run_on_ranks(function, tensors)
+    return learner.run_on_ranks(function, tensors, timeout=learner.TIMEOUT)  # the limit SLOW names
 
 
 def _sums_with_messages(answer: list[dict]) -> str | None:

@@ -4,6 +4,7 @@ statistics SyncBatchNorm builds from every rank's mean, variance and count."""
 import torch
 from torch.utils.data import DistributedSampler
 
+from ..ui.words import plural
 from .check import Case, Exercise, equals, first_difference
 
 
@@ -14,7 +15,7 @@ def _epoch_indices(samples: int, rank: int, world: int, epoch: int, seed: int) -
 
 
 def _every_rank_epoch_and_seed() -> list[Case]:
-    return [Case(f"{samples} samples, rank {rank} of {world}, epoch {epoch}, seed {seed}",
+    return [Case(f"{plural(samples, 'sample')}, rank {rank} of {world}, epoch {epoch}, seed {seed}",
                  (samples, rank, world, epoch, seed))
             for samples in range(1, 12) for world in range(1, 5) for rank in range(world) for epoch in range(3)
             for seed in (0, 7)]
@@ -70,7 +71,7 @@ def _random_shards() -> list[Case]:
     for seed in range(30):
         ranks = int(torch.randint(1, 6, (1,), generator=generator))
         sizes = torch.randint(1, 10, (ranks,), generator=generator).tolist()
-        cases.append(_stats_case(f"{ranks} ranks, {sizes} samples", 100 + seed, sizes, "", channels=2))
+        cases.append(_stats_case(f"{plural(ranks, 'rank')}, {sizes} samples", 100 + seed, sizes, "", channels=2))
     return cases
 
 

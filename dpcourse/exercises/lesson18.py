@@ -9,12 +9,13 @@ hides), and on the optimizer state each rank's optimizers hold (``ranks`` measur
 
 import inspect
 import itertools
-import math
 
 import torch
 
 from dpcourse import examples, ranks
 from dpcourse.sharded import zero1
+from dpcourse.sharded.collectives import piece_size, shard_range
+from dpcourse.ui.words import plural
 
 from .check import Case, Exercise
 
@@ -30,7 +31,7 @@ def _every_rank(function, case: Case) -> list:
 
 def _judge_shard_range(case: Case, answer: list) -> str | None:
     numel, world_size = case.args
-    size = math.ceil(numel / world_size)
+    size = piece_size(numel, world_size)
     for rank, piece in enumerate(answer):
         if not (isinstance(piece, tuple | list) and len(piece) == 2 and all(isinstance(v, int) for v in piece)):
             return f"rank {rank}: expected (start, stop), two whole numbers, got {piece!r}"
@@ -43,11 +44,11 @@ def _judge_shard_range(case: Case, answer: list) -> str | None:
             return (f"rank {rank}'s shard starts at {start}, not at {where}: the shards cover 0 ... numel - 1 in "
                     "rank order, without gaps or overlaps")
         if stop - start != min(size, numel - start):
-            return (f"rank {rank}'s shard ({start}, {stop}) holds {stop - start} numbers: every shard holds "
+            return (f"rank {rank}'s shard ({start}, {stop}) holds {plural(stop - start, 'number')}: every shard holds "
                     f"ceil({numel} / {world_size}) = {size}, until the numbers run out (the last ones are shorter "
                     "or empty), so an all-gather pads only the end")
     if answer[-1][1] != numel:
-        return f"the last shard stops at {answer[-1][1]}, but the vector has {numel} numbers"
+        return f"the last shard stops at {answer[-1][1]}, but the vector has {plural(numel, 'number')}"
     return None
 
 
@@ -63,7 +64,7 @@ SHARD_RANGE = Exercise(
     ],
     judge=_judge_shard_range,
     call=_every_rank,
-    generated=lambda: [Case(f"{numel} numbers on {n} ranks", (numel, n))
+    generated=lambda: [Case(f"{plural(numel, 'number')} on {plural(n, 'rank')}", (numel, n))
                        for numel, n in itertools.product(range(41), range(1, 9))],
 )
 
@@ -73,10 +74,10 @@ def _judge_state_bytes(case: Case, answer: list) -> str | None:
     expected = [zero1.adam_state_bytes(numel, rank, world_size) for rank in range(world_size)]
     for rank, (want, got) in enumerate(zip(expected, answer, strict=True)):
         if got != want:
-            start, stop = zero1.shard_range(numel, rank, world_size)
-            return (f"rank {rank} (shard of {stop - start} numbers): expected {want} bytes, got {got!r}. Adam keeps "
-                    "exp_avg and exp_avg_sq, 4 bytes per number each, and a 4-byte step counter for the one "
-                    "tensor it steps")
+            start, stop = shard_range(numel, rank, world_size)
+            return (f"rank {rank} (shard of {plural(stop - start, 'number')}): expected {want} bytes, got {got!r}. "
+                    "Adam keeps exp_avg and exp_avg_sq, 4 bytes per number each, and a 4-byte step counter for the "
+                    "one tensor it steps")
     return None
 
 
@@ -91,7 +92,7 @@ ADAM_STATE_BYTES = Exercise(
     ],
     judge=_judge_state_bytes,
     call=_every_rank,
-    generated=lambda: [Case(f"{numel} numbers on {n} ranks", (numel, n))
+    generated=lambda: [Case(f"{plural(numel, 'number')} on {plural(n, 'rank')}", (numel, n))
                        for numel, n in itertools.product(range(1, 41), range(1, 7))],
 )
 
@@ -159,7 +160,7 @@ def same_weights_and_sharded_state(case: Case, answer: list[dict]) -> str | None
     numel, world_size = ranks.parameter_count(widths), case.args[0]
     tensors = len(widths) * 2 - 2
     for rank, result in enumerate(answer):
-        shard = math.ceil(numel / world_size)
+        shard = piece_size(numel, world_size)
         if result["optimizer_state_bytes"] > 8 * shard + 4 * tensors:
             return (f"rank {rank}'s optimizer holds {result['optimizer_state_bytes']} bytes of state: the whole "
                     f"model's is {8 * numel + 4 * tensors}. Give its Adam only this rank's shard, about 1/"

@@ -10,11 +10,12 @@ Adam stepped, and how many values Adam keeps state for on each rank.
 """
 
 import itertools
-import math
 import random
 
 from dpcourse import ranks
 from dpcourse.sharded import zero2, zero2_check
+from dpcourse.sharded.collectives import piece_size
+from dpcourse.ui.words import plural
 
 from .check import Case, Exercise
 
@@ -103,7 +104,7 @@ REDUCE_SCATTER_SCHEDULE = Exercise(
 def bytes_per_step(bucket_numels: list[int], world_size: int) -> int:
     """The oracle: bytes one rank sends per ZeRO-2 step with ring collectives, float32. Each bucket is padded to
     ``n`` pieces of ``ceil(numel / n)`` values; its reduce-scatter and its all-gather each send ``n - 1`` pieces."""
-    return sum(2 * (world_size - 1) * math.ceil(numel / world_size) * 4 for numel in bucket_numels)
+    return sum(2 * (world_size - 1) * piece_size(numel, world_size) * 4 for numel in bucket_numels)
 
 
 def _judge_bytes(case: Case, answer) -> str | None:
@@ -114,7 +115,8 @@ def _judge_bytes(case: Case, answer) -> str | None:
     if answer == expected:
         return None
     return (f"expected {expected:,} bytes, got {answer:,.0f}. Per bucket: a reduce-scatter and an all-gather, each "
-            f"sending n - 1 = {world_size - 1} pieces of ceil(numel / n) float32 values (the padded piece size)")
+            f"sending n - 1 = {plural(world_size - 1, 'piece')} of ceil(numel / n) float32 values (the padded piece "
+            "size)")
 
 
 ZERO2_BYTES_PER_STEP = Exercise(
@@ -129,7 +131,7 @@ ZERO2_BYTES_PER_STEP = Exercise(
         Case("one rank", ([439], 1), "alone, a rank sends nothing"),
     ],
     judge=_judge_bytes,
-    generated=lambda: [Case(f"buckets of {numels} values on {n} ranks", (numels, n))
+    generated=lambda: [Case(f"buckets of {numels} values on {plural(n, 'rank')}", (numels, n))
                        for numels, n in itertools.product(_random_sizes(12, 20), range(1, 7))],
 )
 

@@ -11,7 +11,6 @@ moving the padded vector, not from an all-reduce that moves every rank's whole v
 """
 
 import itertools
-import math
 
 import torch
 import torch.distributed as dist
@@ -22,7 +21,8 @@ from dpcourse.ranks.launcher import device
 from dpcourse.ranks.learner import placed
 from dpcourse.ranks.traffic import counted
 from dpcourse.sharded import zero3_measure
-from dpcourse.sharded.zero1 import shard_range
+from dpcourse.sharded.collectives import piece_size, shard_range
+from dpcourse.ui.words import plural
 
 from .check import Case, Exercise, first_difference
 
@@ -32,8 +32,8 @@ SLOW = f"starting the ranks and training 3 steps (a few seconds; stopped after {
 
 
 def _bytes_cases(grid: list[tuple[tuple[int, ...], int, bool]]) -> list[Case]:
-    return [Case(f"layers of {list(numels)} parameters, {n} ranks, reshard={reshard}", (list(numels), n, reshard))
-            for numels, n, reshard in grid]
+    return [Case(f"layers of {list(numels)} parameters, {plural(n, 'rank')}, reshard={reshard}",
+                 (list(numels), n, reshard)) for numels, n, reshard in grid]
 
 
 def _judge_bytes(case: Case, answer) -> str | None:
@@ -83,7 +83,7 @@ def watched(model, batches: list, lr: float, role: str, learner: SourceFunction)
             placed(error)
             raise
         which = stage[0] if stage[0] != "in training" else f"in training, its call {len(calls) + 1}"
-        calls.append({"calls": traffic.calls, "padded_bytes": n * math.ceil(numel / n) * args[0].element_size(),
+        calls.append({"calls": traffic.calls, "padded_bytes": n * piece_size(numel, n) * args[0].element_size(),
                       "which": which})
         stage[0] = "in training"
         return returned
@@ -175,9 +175,9 @@ def _judge_gather(case: Case, answer: list[dict]) -> str | None:
         if not isinstance(got, torch.Tensor):
             return f"rank {rank}'s gather_full returned {type(got).__name__}: return the whole vector as a tensor"
         if got.shape != known.shape:
-            return (f"rank {rank} gathered {got.numel()} numbers for a vector of {known.numel()}: pad every shard "
-                    f"to ceil(numel / n) = {-(-known.numel() // n)} before the all-gather, and cut the padding "
-                    "off the end afterwards")
+            return (f"rank {rank} gathered {plural(got.numel(), 'number')} for a vector of {known.numel()}: pad "
+                    f"every shard to ceil(numel / n) = {piece_size(known.numel(), n)} before the all-gather, and cut "
+                    "the padding off the end afterwards")
         wrong = first_difference(known, got, f"rank {rank}'s gathered vector")
         if wrong:
             return wrong + " (the shards go in rank order: rank 0's first)"

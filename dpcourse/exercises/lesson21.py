@@ -18,6 +18,7 @@ from dpcourse import examples, ranks
 from dpcourse.ranks.by_source import SourceFunction
 from dpcourse.sharded.checkpoint_sharded import rows_to_read
 from dpcourse.sharded.zero_optimizer import greedy_partition
+from dpcourse.ui.words import plural
 
 from .check import Case, Exercise
 
@@ -29,13 +30,13 @@ def _judge_owners(case: Case, answer) -> str | None:
     sizes, world_size = case.args
     expected = greedy_partition(sizes, world_size)
     if not isinstance(answer, list | tuple) or len(answer) != len(sizes):
-        return f"expected a list of {len(sizes)} ranks, one per parameter; got {answer!r}"
+        return f"expected a list of {plural(len(sizes), 'rank')}, one per parameter; got {answer!r}"
     for index, (want, got) in enumerate(zip(expected, answer, strict=True)):
         if want != got:
             owned = [sum(size for size, owner in zip(sizes, expected, strict=True) if owner == rank)
                      for rank in range(world_size)]
-            return (f"parameter {index} ({sizes[index]} elements) belongs to rank {want}, not {got!r}. With the "
-                    f"right rule the ranks own {owned} elements")
+            return (f"parameter {index} ({plural(sizes[index], 'element')}) belongs to rank {want}, not {got!r}. "
+                    f"With the right rule the ranks own {owned} elements")
     return None
 
 
@@ -45,7 +46,7 @@ def _owner_cases() -> list[Case]:
     for number in range(60):
         count, world_size = generator.randint(1, 9), generator.randint(1, 4)
         sizes = [generator.choice([1, 2, 3, 5, 8, 8, 13, 40, 40, 120]) for _ in range(count)]
-        cases.append(Case(f"case {number}: sizes {sizes} on {world_size} ranks", (sizes, world_size)))
+        cases.append(Case(f"case {number}: sizes {sizes} on {plural(world_size, 'rank')}", (sizes, world_size)))
     return cases
 
 
@@ -76,13 +77,14 @@ def _judge_reads(case: Case, answer) -> str | None:
         return f"expected a list of (saved_rank, first, end) triples; got {type(answer).__name__}"
     got = [tuple(piece) if isinstance(piece, list | tuple) else piece for piece in answer]
     if got != expected:
-        return (f"rank {rank} of {world_size}, {rows} rows saved by {saved_ranks} ranks: expected {expected}, "
+        return (f"rank {rank} of {world_size}, {plural(rows, 'row')} saved by {plural(saved_ranks, 'rank')}: "
+                f"expected {expected}, "
                 f"got {got}")
     return None
 
 
 def _read_cases() -> list[Case]:
-    return [Case(f"{rows} rows, saved on {saved}, rank {rank} of {world}", (rows, saved, rank, world))
+    return [Case(f"{plural(rows, 'row')}, saved on {saved}, rank {rank} of {world}", (rows, saved, rank, world))
             for rows in range(1, 11) for saved in range(1, 5) for world in range(1, 5) for rank in range(world)]
 
 

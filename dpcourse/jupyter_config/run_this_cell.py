@@ -7,6 +7,9 @@ With the sentence, a style: ipywidgets marks each view that has no kernel behind
 before the cell runs lights the sentence up, so that the click is never silent. Both rules hold only in an
 output that shows the sentence.
 
+``ANSWER_SLOT`` is the empty paragraph at the end of a quiz's saved HTML (``QuizWidget.later_visit_html``, one
+``{}`` for the question's id), where the server writes the learner's last answer once the quiz's kernel has gone.
+
 A module of this Jupyter config folder, which is no package: both read it by path (``runpy``), as the server must
 not import ``dpcourse`` (its package imports torch).
 """
@@ -18,3 +21,4 @@ RUN_THIS_CELL = """<style>
 </style>
 <p><b>▶ Run this cell</b> to answer or explore: its buttons and sliders need the running kernel.</p>
 """
+ANSWER_SLOT = '<p class="dpcourse-your-answer" data-question="{}"></p>'

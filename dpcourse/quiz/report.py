@@ -1,4 +1,10 @@
-"""Summaries of the progress file: per-lesson counts (and a widget showing them), and a CSV for instructors."""
+"""Summaries of the progress file: per-lesson counts (and a widget showing them), and a CSV for instructors.
+
+Both judge by one rule. A quiz counts as right when the learner's **first** answer was: a wrong answer reveals
+the right one, so a second try shows what the learner read, not what they knew. An exercise counts as passed when
+its **latest** check passed: the function in the notebook now is the one that passes or fails, so code changed
+after a pass and failing since is shown as failing.
+"""
 
 import csv
 import dataclasses
@@ -18,18 +24,24 @@ CSV_COLUMNS = ("kind", "lesson", "id", "attempts", "first_correct", "last_answer
 
 @dataclasses.dataclass(frozen=True)
 class LessonCounts:
-    """One lesson: questions ``answered`` at least once, ``first_time`` (the first answer was right), ``total``;
-    exercises ``passed`` (a check passed at least once) of ``exercises``.
-
-    Only the first answer counts as right: a wrong answer reveals the right one, so a second try shows what the
-    learner read, not what they knew (the CSV's ``first_correct`` says the same).
-    """
+    """One lesson: questions ``answered`` at least once, ``first_time`` (``right_first_time``), ``total``;
+    exercises ``passed`` (``passing``: their latest check passed) of ``exercises``."""
 
     answered: int
     first_time: int
     total: int
     passed: int = 0
     exercises: int = 0
+
+
+def right_first_time(attempts: list[dict]) -> bool:
+    """Whether a quiz's first answer (of ``attempts``, in the order given) was right: what the summary counts."""
+    return bool(attempts) and attempts[0]["correct"]
+
+
+def passing(checks: list[dict]) -> bool:
+    """Whether an exercise's latest check (of ``checks``, in the order run) passed: what the summary counts."""
+    return bool(checks) and checks[-1]["passed"]
 
 
 def lesson_counts(snapshot: Snapshot, questions: list[Question],
@@ -44,9 +56,9 @@ def lesson_counts(snapshot: Snapshot, questions: list[Question],
             checks = [snapshot.exercises.get(name, {}).get("checks", []) for name in names]
             counts[lesson.name] = LessonCounts(
                 answered=sum(1 for a in attempts if a),
-                first_time=sum(1 for a in attempts if a and a[0]["correct"]),
+                first_time=sum(map(right_first_time, attempts)),
                 total=len(attempts),
-                passed=sum(1 for c in checks if any(check["passed"] for check in c)),
+                passed=sum(map(passing, checks)),
                 exercises=len(names),
             )
     return counts
@@ -59,8 +71,9 @@ def export_csv(path: str | Path, progress: Progress | None = None) -> Path:
     Every question of the course is listed (unanswered ones with 0 attempts and empty cells), then any answered
     question the bank no longer has, then every exercise the learner checked (``kind`` "exercise": its checks
     are the attempts, ``last_answer`` is "passed" or "failed"). ``first_correct`` is ``true``/``false``:
-    whether the first attempt was right, the best sign of what the learner knew before the explanation. Raises
-    ``ValueError`` if the progress file cannot be read (the file is left as it is).
+    whether the first attempt was right. The summary's rule is in the columns: a quiz's ``first_correct``, an
+    exercise's ``last_answer``. Raises ``ValueError`` if the progress file cannot be read (the file is left as
+    it is).
     """
     snapshot = (progress or Progress()).read()
     if snapshot.problem:
@@ -74,19 +87,20 @@ def export_csv(path: str | Path, progress: Progress | None = None) -> Path:
         writer.writerow(CSV_COLUMNS)
         for lesson, question_id in rows:
             attempts = snapshot.questions.get(question_id, {}).get("attempts", [])
-            first, last = (attempts[0], attempts[-1]) if attempts else ({}, {})
-            first_correct = str(first["correct"]).lower() if attempts else ""
+            last = attempts[-1] if attempts else {}
+            first_correct = str(right_first_time(attempts)).lower() if attempts else ""
             writer.writerow(["quiz", lesson, question_id, len(attempts), first_correct, last.get("answer", ""),
                              last.get("time", "")])
         for name, entry in sorted(snapshot.exercises.items(), key=lambda item: (item[1]["lesson"], item[0])):
             checks = entry["checks"]
             writer.writerow(["exercise", entry["lesson"], name, len(checks), str(checks[0]["passed"]).lower(),
-                             "passed" if checks[-1]["passed"] else "failed", checks[-1].get("time", "")])
+                             "passed" if passing(checks) else "failed", checks[-1].get("time", "")])
     return path
 
 
 class ProgressSummary(widgets.VBox):
-    """Per lesson: quizzes answered, right the first time, exercises passed; a Refresh button. Never writes."""
+    """Per lesson: quizzes answered, right the first time, exercises passed at their latest check; a Refresh
+    button. Never writes."""
 
     def __init__(self, progress: Progress | None = None) -> None:
         self.progress = progress or Progress()
@@ -117,8 +131,8 @@ class ProgressSummary(widgets.VBox):
         )
         self.table.value = (
             '<table style="border-spacing: 16px 2px; margin-left: -16px">'
-            "<tr><th>lesson</th><th>quizzes answered</th><th>right the first time</th><th>exercises passed</th>"
-            "</tr>" + rows + "</table>"
+            "<tr><th>lesson</th><th>quizzes answered</th><th>right the first time</th>"
+            "<th>exercises passed at their latest check</th></tr>" + rows + "</table>"
         )
         if snapshot.newer:
             self.note.value = (

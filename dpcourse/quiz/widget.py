@@ -11,7 +11,7 @@ import re
 
 import ipywidgets as widgets
 
-from dpcourse.ui.controls import NEEDS_KERNEL, reports_errors, show_png
+from dpcourse.ui.controls import ANSWER_SLOT, NEEDS_KERNEL, reports_errors, show_png
 from dpcourse.ui.png import css_width, png_bytes
 
 from ..progress import Progress
@@ -50,6 +50,12 @@ def _source_html(source: str) -> str:
     if source.startswith("https://"):
         return f'<a href="{html.escape(source)}" target="_blank">{html.escape(source)}</a>'
     return f"<code>{html.escape(source)}</code>"
+
+
+def answer_slot(question_id: str) -> str:
+    """The empty paragraph of a quiz's ``later_visit_html`` where the course's server writes the learner's last
+    answer to ``question_id`` (``jupyter_config/jupyter_server_config.py``)."""
+    return ANSWER_SLOT.format(html.escape(question_id))
 
 
 def _show(widget: widgets.DOMWidget, visible: bool) -> None:
@@ -112,6 +118,22 @@ class QuizWidget(widgets.VBox):
         # The text a notebook shows where the widget cannot render (untrusted, a static page): short, not the
         # ipywidgets default that lists every child's HTML.
         return f"QuizWidget: {self.question.id} ({self.question.kind}) — run the cell in JupyterLab to answer"
+
+    @property
+    def later_visit_html(self) -> str:
+        """What a saved notebook shows of this quiz once its kernel has gone: the question, its options, and the
+        ``answer_slot`` where the course's server writes the learner's last answer from their progress file.
+
+        It travels beside the live widget in the cell's output (``_repr_mimebundle_``); JupyterLab shows the live
+        widget while the kernel runs. The server's save hook keeps this HTML under the "Run this cell" sentence,
+        so a return visit still shows what was asked and answered. It holds nothing that gives the answer away.
+        """
+        options = "".join(f"<li>{_inline(option)}</li>" for option in self.question.options)
+        return (f"<div><p><b>Question {html.escape(self.question.id)}</b></p>{markup(self.question.prompt)}"
+                f"{f'<ul>{options}</ul>' if options else ''}{answer_slot(self.question.id)}</div>")
+
+    def _repr_mimebundle_(self, **kwargs: object) -> dict:
+        return {**super()._repr_mimebundle_(**kwargs), "text/html": self.later_visit_html}
 
     @property
     def response(self) -> str:
@@ -200,6 +222,10 @@ class LessonQuiz(widgets.VBox):
 
     def __repr__(self) -> str:
         return f"LessonQuiz: {len(self.quizzes)} questions of {self.lesson} — run the cell in JupyterLab to answer"
+
+    def _repr_mimebundle_(self, **kwargs: object) -> dict:
+        html_of_each = "".join(quiz.later_visit_html for quiz in self.quizzes)  # see QuizWidget.later_visit_html
+        return {**super()._repr_mimebundle_(**kwargs), "text/html": html_of_each}
 
 
 def ask_lesson(lesson: str, progress: Progress | None = None) -> LessonQuiz:

@@ -17,11 +17,15 @@ backend's algorithm. ``counted`` records each call of one (``torch.distributed.a
 the size of the whole collective, the bytes of its largest tensor argument: the tensor all-reduced or
 broadcast, the full output of an all-gather (all shards), the full input of a reduce-scatter. The calls are
 how a check tells a hand-written all-reduce from a call of the real one, and the sizes what lesson 18 compares.
+
+``swapped(replacements)`` is how ``counted`` puts its recording collectives in, and the one way the course
+replaces ``torch.distributed``'s functions for a while (``sharded.rings.ring_collectives`` swaps in rings).
 """
 
 import contextlib
 import dataclasses
-from collections.abc import Iterator
+import weakref
+from collections.abc import Callable, Iterator
 
 import torch
 import torch.distributed as dist
@@ -50,15 +54,30 @@ class Traffic:
     sent: int = 0
     received: int = 0
     calls: list[tuple[str, int]] = dataclasses.field(default_factory=list)
-    sends: list = dataclasses.field(default_factory=list)  # each send's request (dist.Work), kept while counting
-    waited: set[int] = dataclasses.field(default_factory=set)  # the id() of each request someone waited for
+    # Each send's request (dist.Work) by its id(), held weakly: a request holds its tensor, so keeping it would keep
+    # the tensor's memory alive, and lesson 20 measures that memory.
+    sends: dict[int, weakref.ref] = dataclasses.field(default_factory=dict)
+    waited: set[int] = dataclasses.field(default_factory=set)  # the id() of each live request someone waited for
+    dropped_unwaited: int = 0  # requests gone without anybody waiting for them
+
+    def sent_request(self, request: dist.Work) -> None:
+        """Follow ``request``: when it is gone, whether somebody waited for it is noted, and its id() forgotten
+        (a later request may get the same id)."""
+        key = id(request)
+
+        def gone(_: weakref.ref) -> None:
+            self.dropped_unwaited += key not in self.waited
+            self.waited.discard(key)
+            self.sends.pop(key, None)
+
+        self.sends[key] = weakref.ref(request, gone)
 
     @property
     def unwaited(self) -> int:
         """Sends whose request nobody waited for (``dist.isend`` without ``.wait()``): torch lets the tensor change
         or be freed before it is sent (``torch/distributed/distributed_c10d.py: isend``). A blocking ``dist.send``
         waits for its own."""
-        return sum(id(request) not in self.waited for request in self.sends)
+        return self.dropped_unwaited + sum(key not in self.waited for key in self.sends)
 
     @property
     def collectives(self) -> list[str]:
@@ -77,6 +96,32 @@ def _argument_bytes(argument: object) -> int:
 
 
 @contextlib.contextmanager
+def swapped(replacements: dict[str, Callable]) -> Iterator[None]:
+    """Inside the ``with`` block, ``torch.distributed.<name>`` is ``replacements[name]``, for every name; after it
+    (an exception too), each is what it was before.
+
+    ``torch.distributed`` re-exports the functions of ``torch.distributed.distributed_c10d``, and torch's own
+    functions call each other through the second module (``all_gather_into_tensor`` calls ``all_gather_single``
+    there), so both are swapped. A name bound before the block (``from torch.distributed import all_reduce``)
+    keeps the function it was bound to. ``counted`` swaps every collective for one that records its call;
+    ``sharded.rings.ring_collectives`` swaps three for rings written with sends.
+    """
+    modules = (dist, distributed_c10d)
+    for name in replacements:
+        if not all(hasattr(module, name) for module in modules):
+            raise AttributeError(f"torch.distributed has no {name} to swap (torch {torch.__version__}): name one of "
+                                 "its functions, such as all_reduce or all_gather.")
+    originals = [(module, name, getattr(module, name)) for module in modules for name in replacements]
+    for module, name, _ in originals:
+        setattr(module, name, replacements[name])
+    try:
+        yield
+    finally:
+        for module, name, function in originals:
+            setattr(module, name, function)
+
+
+@contextlib.contextmanager
 def counted() -> Iterator[Traffic]:
     """Count this process's point-to-point bytes and collective calls, with their sizes, inside the ``with`` block."""
     traffic = Traffic()
@@ -89,7 +134,7 @@ def counted() -> Iterator[Traffic]:
     def counting_send(group, tensors, dst, tag=0):
         traffic.sent += _payload(tensors)
         request = send(group, tensors, dst, tag)
-        traffic.sends.append(request)
+        traffic.sent_request(request)
         return request
 
     wait = dist.Work.wait
@@ -120,19 +165,14 @@ def counted() -> Iterator[Traffic]:
 
         return collective
 
-    collectives = {name: getattr(dist, name) for name in COLLECTIVES if hasattr(dist, name)}
+    collectives = {name: noting(name, getattr(dist, name)) for name in COLLECTIVES if hasattr(dist, name)}
     group_class.send, group_class.recv, group_class.recv_anysource = (
         counting_send, counting_recv, counting_recv_anysource)
     dist.Work.wait = noting_wait
-    for module in (dist, distributed_c10d):  # `dist.all_reduce` and `distributed_c10d.all_reduce` are one function
-        for name, function in collectives.items():
-            setattr(module, name, noting(name, function))
     try:
-        yield traffic
+        with swapped(collectives):
+            yield traffic
     finally:
         for name, method in methods.items():
             setattr(group_class, name, method)
         dist.Work.wait = wait
-        for module in (dist, distributed_c10d):
-            for name, function in collectives.items():
-                setattr(module, name, function)

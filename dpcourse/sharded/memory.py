@@ -35,10 +35,12 @@ from dpcourse.examples import loss_fn
 from dpcourse.memory.accounting import Breakdown, SavedTensors, device_bytes, state_tensors, storage_bytes
 from dpcourse.memory.setup import Setup, make_optimizer, optimizer_class
 from dpcourse.ranks.launcher import device, launch
+from dpcourse.training_setup import KINDS as COURSE_KINDS
 
 from . import fsdp2
 
-KINDS = ("DDP", "ZeRO-1", "ZeRO-2", "ZeRO-3")
+# The kinds of training_setup.KINDS that start ranks: all but the two that run in this one process.
+KINDS = tuple(kind for kind in COURSE_KINDS if kind not in ("one device", "DataParallel"))
 
 
 class Watched:

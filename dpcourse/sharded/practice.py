@@ -18,7 +18,8 @@ from pathlib import Path
 
 from torch import nn
 
-from . import checkpoint_sharded, fsdp2, ranks, zero_optimizer
+from .. import ranks
+from . import checkpoint_sharded, fsdp2, zero_optimizer
 
 WORLD_SIZE = 3  # the course's model's last layer has 4 rows: on 3 ranks, chunks of 2, 2 and 0
 STEPS = 4  # the checkpoint is written after step 3, and step 4 runs again after loading it

@@ -12,16 +12,25 @@ gloo runs ``dist.all_gather`` and ``dist.reduce_scatter`` inside the backend, wh
 
 So a ring all-reduce, a reduce-scatter then an all-gather, sends ``2 (n - 1)`` pieces, and ZeRO-3's two
 all-gathers and one reduce-scatter per layer send ``3 (n - 1)``: 1.5 times as many.
+
+``ring_collectives()`` swaps them in for ``dist.all_gather`` and ``dist.reduce_scatter``, with lesson 13's ring for
+``dist.all_reduce``, while a block runs: the ZeRO code keeps calling ``dist``, and the measurements count its bytes.
 """
+
+import contextlib
 
 import torch
 import torch.distributed as dist
 
-from ..ddp.implementations.allreduce import exchange
+from ..ddp.implementations.allreduce import exchange, ring_all_reduce
+from ..ranks.traffic import swapped
 
 
-def all_gather(pieces: list[torch.Tensor], mine: torch.Tensor) -> None:
-    """Every rank's ``mine`` into ``pieces``, in rank order, around a ring; returns ``None`` (done, no work)."""
+def all_gather(pieces: list[torch.Tensor], mine: torch.Tensor, async_op: bool = False) -> None:
+    """Every rank's ``mine`` into ``pieces``, in rank order, around a ring; returns ``None`` (done, no work).
+
+    ``async_op`` lets it stand in for ``dist.all_gather`` (ZeRO-3 asks to prefetch): the ring finishes before it
+    returns, whatever is asked."""
     rank, n = dist.get_rank(), dist.get_world_size()
     right, left = (rank + 1) % n, (rank - 1) % n
     pieces[rank].copy_(mine)
@@ -39,3 +48,13 @@ def reduce_scatter(out: torch.Tensor, pieces: list[torch.Tensor]) -> None:
         exchange(pieces[(rank - step - 1) % n], incoming, right, left, None)
         arriving += incoming
     out.copy_(pieces[rank])
+
+
+RINGS = {"all_reduce": ring_all_reduce, "reduce_scatter": reduce_scatter, "all_gather": all_gather}
+
+
+def ring_collectives() -> contextlib.AbstractContextManager[None]:
+    """``with ring_collectives():``, ``dist.all_reduce``, ``dist.reduce_scatter`` and ``dist.all_gather`` are the
+    rings of ``RINGS``, written with ``dist.isend`` and ``dist.recv``: the same results, and ``traffic.counted``
+    counts their bytes. A function that took ``dist.all_gather`` before the block keeps torch's."""
+    return swapped(RINGS)

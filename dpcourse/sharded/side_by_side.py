@@ -7,13 +7,14 @@ False and True. Predicted with ``memory.predict``, whose formulas are in ``memor
 ``memory.sharding``.
 """
 
+from .. import training_setup
 from ..examples.model import MLP
 from ..memory import Setup, measure, predict, sized_mlp
 from ..memory.accounting import Breakdown
 from ..ranks.training import WIDTHS
 from . import memory as sharded_memory
 
-KINDS = ("DataParallel", "DDP", "ZeRO-1", "ZeRO-2", "ZeRO-3")
+KINDS = tuple(kind for kind in training_setup.KINDS if kind != "one device")  # every kind that splits a step
 LABELS = {
     "DataParallel": "DP (one process)",
     "DDP": "DDP",

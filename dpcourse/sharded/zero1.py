@@ -6,20 +6,21 @@ Adam's two averages. ZeRO-1 (Rajbhandari et al., arXiv:1910.02054) keeps one cop
 1. flatten the parameters into one vector of ``numel`` numbers and give rank ``r`` the slice ``shard_range``;
 2. each step, all-reduce the gradients as DDP does (every rank gets the average);
 3. each rank runs Adam on its slice only: its state is about 1/n of DDP's;
-4. ``all_gather`` the updated slices so that every rank has all the parameters again for the next forward.
+4. all-gather the updated slices so that every rank has all the parameters again for the next forward
+   (``all_gather_padded``).
 
 Slices are the same size, ``ceil(numel / n)``, with the last ones shorter (or empty): the rule of
 ``torch.chunk``, with which FSDP2 cuts each parameter along dim 0, padding every shard to the first's size
 (``torch/distributed/fsdp/_fully_shard/_fsdp_param.py: FSDPParam._init_sharded_param``).
 An all-gather wants the same number of elements from every rank, so a short slice is padded to that size
-before the gather and the padding is cut off after it (``all_gathered``).
+before the gather and the padding is cut off after it. ``shard_range`` and ``all_gather_padded`` live in
+``collectives.py``, with the reduce-scatter that ZeRO-2 and ZeRO-3 add.
 
 ``ddp_program``, ``zero1_program`` and ``ddp_then_zero1`` are training programs for
 ``ranks.train_on_ranks``; ``uneven_all_gather`` shows what gloo does with shards that are not padded.
 """
 
 import copy
-import math
 
 import torch
 import torch.distributed as dist
@@ -33,21 +34,7 @@ from ..examples import regression_batch, regression_loss
 from ..memory.accounting import state_tensors, storage_bytes
 from ..ranks.launcher import device, launch
 from ..ranks.training import WIDTHS, parameter_count
-
-
-def shard_range(numel: int, rank: int, world_size: int) -> tuple[int, int]:
-    """``(start, stop)``: the slice of a flat vector of ``numel`` numbers that ``rank`` of ``world_size`` owns.
-
-    Every slice but the last ones holds ``ceil(numel / world_size)`` numbers; they cover ``0 ... numel - 1``
-    in rank order; a rank past the end gets an empty slice (``start == stop == numel``).
-    """
-    for name, value, least in (("numel", numel, 0), ("world_size", world_size, 1)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < least:
-            raise ValueError(f"{name} must be a whole number >= {least}; got {value!r}.")
-    if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < world_size:
-        raise ValueError(f"rank must be one of 0 ... {world_size - 1} for world_size={world_size}; got {rank!r}.")
-    size = math.ceil(numel / world_size)
-    return min(rank * size, numel), min((rank + 1) * size, numel)
+from .collectives import all_gather_padded, shard_range
 
 
 def adam_state_bytes(numel: int, rank: int, world_size: int, element_size: int = 4) -> int:
@@ -68,21 +55,6 @@ def one_device_state_bytes(widths: tuple[int, ...] = WIDTHS) -> int:
     regression_loss(model(x), y).backward()
     optimizer.step()
     return storage_bytes(state_tensors(optimizer))
-
-
-def all_gathered(shard: torch.Tensor, numel: int) -> torch.Tensor:
-    """Every rank's ``shard``, concatenated in rank order: the full vector of ``numel`` numbers, on every rank.
-
-    Each rank pads its shard with zeros to ``ceil(numel / n)`` numbers, so all send the same size, and the
-    padding is dropped from the gathered vector.
-    """
-    world_size = dist.get_world_size()
-    size = math.ceil(numel / world_size)
-    padded = torch.zeros(size, dtype=shard.dtype, device=shard.device)
-    padded[: shard.numel()] = shard
-    pieces = [torch.empty_like(padded) for _ in range(world_size)]
-    dist.all_gather(pieces, padded)
-    return torch.cat(pieces)[:numel]
 
 
 def ddp_program(model: nn.Module, batches: list, lr: float) -> dict:
@@ -117,8 +89,9 @@ def zero1_program(model: nn.Module, batches: list, lr: float, average: bool = Tr
         dist.all_reduce(gradient)
         mine.grad = (gradient / dist.get_world_size() if average else gradient)[start:stop]
         optimizer.step()
+        full, _ = all_gather_padded(mine.detach(), flat.numel())
         with torch.no_grad():
-            vector_to_parameters(all_gathered(mine.detach(), flat.numel()), parameters)
+            vector_to_parameters(full, parameters)
     return {"parameters": parameters, "state_bytes": storage_bytes(state_tensors(optimizer))}
 
 

@@ -21,10 +21,9 @@ import torch
 from torch import nn
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
-from .. import examples
+from .. import examples, ranks
 from ..memory import storage_bytes
 from ..ranks.by_source import SourceFunction
-from . import ranks
 
 
 def watched(model: nn.Module, batches: list, lr: float, learner: SourceFunction) -> dict:

@@ -6,50 +6,31 @@ same model and batches, twice:
 1. with torch's collectives: the trained parameters (checked against one-device Adam), the collectives called,
    the gradient bytes held (``zero2.Zero2`` counts them at every hook, ``ddp_by_hand`` at its all-reduce) and
    Adam's state bytes;
-2. for one step, with every collective replaced by a ring of point-to-point messages (``ring_collectives``): the
-   same arithmetic, but now ``traffic.counted`` sees every byte the rank sends, so the bytes on the wire are
+2. for one step, with every collective replaced by a ring of point-to-point messages (``rings.ring_collectives``):
+   the same arithmetic, but now ``traffic.counted`` sees every byte the rank sends, so the bytes on the wire are
    counted instead of predicted. Every step sends the same bytes.
 
 Then DDP and ZeRO-2 train a deeper model (``DEEP``), for its gradient bytes: the bucket in flight is a constant,
 the shard shrinks with the model's share per rank.
 """
 
-import contextlib
 import copy
 import dataclasses
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import torch
 import torch.distributed as dist
 from torch import nn
-from torch.distributed import distributed_c10d
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
-from .. import examples
-from ..ddp.implementations.allreduce import ring_all_reduce
+from .. import examples, ranks
 from ..examples import regression_loss
 from ..memory import storage_bytes
 from ..ranks.traffic import counted
-from . import ranks, rings, zero1, zero2
+from . import zero1, zero2
+from .rings import ring_collectives
 
 DEEP = (8, *[15] * 10, 4)  # 2,359 parameters in 20 tensors: uneven over 2, 3 and 4 ranks too
-RINGS = {"all_reduce": ring_all_reduce, "reduce_scatter": rings.reduce_scatter, "all_gather": rings.all_gather}
-
-
-@contextlib.contextmanager
-def ring_collectives() -> Iterator[None]:
-    """Inside the block ``dist.all_reduce``, ``dist.reduce_scatter`` and ``dist.all_gather`` are rings written with
-    ``dist.isend`` and ``dist.recv`` (lesson 13's and ``rings.py``): same results, and their bytes are counted."""
-    originals = {name: getattr(dist, name) for name in RINGS}
-    for module in (dist, distributed_c10d):
-        for name, ring in RINGS.items():
-            setattr(module, name, ring)
-    try:
-        yield
-    finally:
-        for module in (dist, distributed_c10d):
-            for name, function in originals.items():
-                setattr(module, name, function)
 
 
 def ddp_by_hand(model: nn.Module, batches: list, lr: float) -> dict:

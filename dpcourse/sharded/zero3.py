@@ -2,10 +2,10 @@
 
 ZeRO-1 and ZeRO-2 shard the optimizer state and the gradients; every rank still holds all the parameters.
 ZeRO-3 shards those too. Each layer's parameters are flattened into one vector and rank ``r`` keeps the slice
-``zero1.shard_range`` gives it, and nothing else of the layer. Then, layer by layer:
+``shard_range`` gives it, and nothing else of the layer. Then, layer by layer:
 
-1. **before its forward**, an all-gather puts the whole vector together on every rank (the shards padded to one
-   size, as in ZeRO-1); the layer runs on views of it (``torch.func.functional_call``);
+1. **before its forward**, an all-gather puts the whole vector together on every rank (``gather_full``: the
+   shards padded to one size, as in ZeRO-1); the layer runs on views of it (``torch.func.functional_call``);
 2. **after its forward**, the vector's memory is given back (*reshard*): ``untyped_storage().resize_(0)``, which
    is FSDP2's ``free_storage`` (``torch/distributed/fsdp/_fully_shard/_fsdp_param.py``). Autograd still holds
    the views it saved for backward (a Linear saves its weight), but no longer their memory;
@@ -13,8 +13,9 @@ ZeRO-3 shards those too. Each layer's parameters are flattened into one vector a
    ``torch/distributed/fsdp/_runtime_utils.py: _register_pre_backward_hooks``) gives the storage its size back
    and all-gathers into it again, so the saved views read the weights again;
 4. **its backward** ends in the backward of the all-gather, which is a **reduce-scatter**: each rank receives
-   the sum of every rank's gradient for its own slice, divides it by the number of ranks (DDP's average) and
-   frees the gathered vector again. Adam then updates each rank's slices: its state is 1/n of DDP's.
+   the sum of every rank's gradient for its own slice, divides it by the number of ranks (DDP's average,
+   ``shard_of_gradient``) and frees the gathered vector again. Adam then updates each rank's slices: its state
+   is 1/n of DDP's.
 
 With ``prefetch=True`` the next layer's all-gather is started before the current layer runs (in forward, the
 next layer; in backward, the previous one), so that it can travel while the current layer computes; two layers
@@ -23,8 +24,9 @@ per layer and step instead of two, and the memory of whole layers during backwar
 ``reshard_after_forward=False``).
 
 ``program`` is a training program for ``ranks.train_on_ranks``. ``gather`` and ``scatter`` replace the
-two collectives with a learner's own (lesson 20's exercises); ``ring=True`` runs them as rings of point-to-point
-messages (``sharded.rings``), whose bytes ``ranks.traffic.counted`` counts.
+two collectives with a learner's own (lesson 20's exercises). The padding, the all-gather and the
+reduce-scatter are ``collectives.py``'s, as ZeRO-1's and ZeRO-2's are; inside ``rings.ring_collectives()`` they
+run as rings of point-to-point messages, whose bytes ``ranks.traffic.counted`` counts (lesson 20's measurements).
 """
 
 import math
@@ -37,39 +39,21 @@ from torch.func import functional_call
 from torch.nn.utils import parameters_to_vector
 
 from ..examples import regression_loss
-from . import rings
-from .zero1 import shard_range
+from .collectives import all_gather_padded, reduce_scatter_padded, shard_range
 
 
-def gather_full(shard: torch.Tensor, numel: int, ring: bool = False, into: torch.Tensor | None = None
+def gather_full(shard: torch.Tensor, numel: int, into: torch.Tensor | None = None
                 ) -> tuple[torch.Tensor, dist.Work | None]:
-    """Start the all-gather of every rank's ``shard`` of a vector of ``numel`` numbers; return the vector, and
-    the work to ``wait()`` for before reading it (``None`` when it is already there).
-
-    Every shard is padded to ``ceil(numel / n)`` numbers (an all-gather wants one size from every rank) and
-    gathered into one padded buffer, ``into`` if given; the vector returned is its first ``numel`` numbers.
-    """
-    n = dist.get_world_size()
-    size = math.ceil(numel / n)
-    padded = torch.zeros(size, dtype=shard.dtype, device=shard.device)
-    padded[: shard.numel()] = shard
-    buffer = into if into is not None else torch.empty(n * size, dtype=shard.dtype, device=shard.device)
-    pieces = list(buffer.chunk(n))
-    work = rings.all_gather(pieces, padded) if ring else dist.all_gather(pieces, padded, async_op=True)
-    return buffer[:numel], work
+    """Start the all-gather of every rank's ``shard`` of a vector of ``numel`` numbers (padded to one size, into
+    ``into`` if given); return the vector, and the work to ``wait()`` for before reading it (``None`` when it is
+    already there). Asynchronous, so that a prefetch can travel while a layer computes."""
+    return all_gather_padded(shard, numel, into, async_op=True)
 
 
-def shard_of_gradient(full_grad: torch.Tensor, ring: bool = False) -> torch.Tensor:
-    """This rank's slice of the gradient averaged over the ranks: a reduce-scatter of the padded ``full_grad``."""
-    n, rank = dist.get_world_size(), dist.get_rank()
-    numel = full_grad.numel()
-    size = math.ceil(numel / n)
-    padded = torch.zeros(n * size, dtype=full_grad.dtype, device=full_grad.device)
-    padded[:numel] = full_grad
-    mine = torch.empty(size, dtype=full_grad.dtype, device=full_grad.device)
-    (rings.reduce_scatter if ring else dist.reduce_scatter)(mine, list(padded.chunk(n)))
-    start, stop = shard_range(numel, rank, n)
-    return mine[: stop - start] / n
+def shard_of_gradient(full_grad: torch.Tensor) -> torch.Tensor:
+    """This rank's slice of the gradient averaged over the ranks: the reduce-scatter of the padded ``full_grad``
+    sums, so divide by ``n``."""
+    return reduce_scatter_padded(full_grad) / dist.get_world_size()
 
 
 class _Gathered(torch.autograd.Function):
@@ -95,15 +79,14 @@ class Layer:
     no memory, and it runs on views of the gathered vector instead.
     """
 
-    def __init__(self, module: nn.Module, ring: bool = False, gather: Callable | None = None,
-                 scatter: Callable | None = None) -> None:
+    def __init__(self, module: nn.Module, gather: Callable | None = None, scatter: Callable | None = None) -> None:
         self.module = module
         self.shapes = {name: p.shape for name, p in module.named_parameters()}
         flat = parameters_to_vector(module.parameters()).detach()
         self.numel = flat.numel()
         start, stop = shard_range(self.numel, dist.get_rank(), dist.get_world_size())
         self.shard = flat[start:stop].clone().requires_grad_()  # what this rank's optimizer updates
-        self.ring, self.gather, self.scatter_fn = ring, gather, scatter
+        self.gather, self.scatter_fn = gather, scatter
         self.full: torch.Tensor | None = None  # the gathered vector, from the first forward on
         self.ready: torch.Tensor | None = None  # a gather started, not yet waited for
         self.pending: dist.Work | None = None
@@ -112,7 +95,7 @@ class Layer:
     def start(self, into: torch.Tensor | None = None) -> None:
         """Start gathering the whole vector, into ``into``'s memory if given; ``wait()`` returns it."""
         if self.gather is None:
-            self.ready, self.pending = gather_full(self.shard.detach(), self.numel, self.ring, into)
+            self.ready, self.pending = gather_full(self.shard.detach(), self.numel, into)
             return
         full = self.gather(self.shard.detach(), self.numel)  # a learner's gather: synchronous, a new tensor
         if not isinstance(full, torch.Tensor) or full.shape != (self.numel,):
@@ -151,12 +134,12 @@ class Layer:
     def scatter(self, full_grad: torch.Tensor) -> torch.Tensor:
         """This rank's slice of the averaged gradient, by the library's reduce-scatter or the learner's."""
         if self.scatter_fn is None:
-            return shard_of_gradient(full_grad, self.ring)
+            return shard_of_gradient(full_grad)
         mine = self.scatter_fn(full_grad)
         if not isinstance(mine, torch.Tensor) or mine.shape != self.shard.shape:
             got = tuple(mine.shape) if isinstance(mine, torch.Tensor) else type(mine).__name__
             raise ValueError(f"scatter returned {got}; this rank's slice of a layer of {self.numel} parameters is "
-                             f"{tuple(self.shard.shape)} (zero1.shard_range): cut the padding off.")
+                             f"{tuple(self.shard.shape)} (shard_range): cut the padding off.")
         return mine
 
     def views(self, full: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -178,9 +161,10 @@ class Layer:
 class Zero3:
     """Runs an ``nn.Sequential`` whose layers with parameters are ``Layer``s: gathered, run, freed, one by one."""
 
-    def __init__(self, model: nn.Sequential, prefetch: bool = False, reshard: bool = True, **collectives) -> None:
+    def __init__(self, model: nn.Sequential, prefetch: bool = False, reshard: bool = True,
+                 gather: Callable | None = None, scatter: Callable | None = None) -> None:
         self.model, self.prefetch, self.reshard = model, prefetch, reshard
-        self.layers = [Layer(module, **collectives) for module in model if any(True for _ in module.parameters())]
+        self.layers = [Layer(module, gather, scatter) for module in model if any(True for _ in module.parameters())]
         self.of = {id(layer.module): layer for layer in self.layers}
 
     def shards(self) -> list[torch.Tensor]:
@@ -227,9 +211,9 @@ class Zero3:
 
 
 def program(model: nn.Sequential, batches: list, lr: float, prefetch: bool = False, reshard: bool = True,
-            ring: bool = False, gather: Callable | None = None, scatter: Callable | None = None) -> dict:
+            gather: Callable | None = None, scatter: Callable | None = None) -> dict:
     """ZeRO-3 training with Adam on this rank's slices: a program for ``ranks.train_on_ranks``."""
-    sharded = Zero3(model, prefetch, reshard, ring=ring, gather=gather, scatter=scatter)
+    sharded = Zero3(model, prefetch, reshard, gather, scatter)
     optimizer = torch.optim.Adam(sharded.shards(), lr=lr)
     for x, y in batches:
         optimizer.zero_grad()

@@ -2,18 +2,16 @@
 
 ``compare`` is a training program for ``ranks.train_on_ranks`` that trains the same model several ways
 in one launch of the ranks (starting ranks costs seconds): DDP, ZeRO-3, ZeRO-3 with prefetch, ZeRO-3 without
-resharding. Every way runs its collectives as rings of point-to-point messages (``sharded.rings``,
-``ddp.implementations.allreduce.ring_all_reduce``), so that ``ranks.traffic.counted`` counts every byte
-sent. The last step of each way runs under lesson 15's profiler (``memory.peak.allocations``): every allocation
-and free, in order, on top of what the rank held when the step began (``memory.accounting.storage_bytes`` of its
-parameters or shards, Adam's state and its batch).
+resharding. Every way runs its collectives as rings of point-to-point messages (``rings.ring_collectives``), so
+that ``ranks.traffic.counted`` counts every byte sent. The last step of each way runs under lesson 15's profiler
+(``memory.peak.allocations``): every allocation and free, in order, on top of what the rank held when the step
+began (``memory.accounting.storage_bytes`` of its parameters or shards, Adam's state and its batch).
 
 ``bytes_per_step`` is the same count as a formula, which lesson 20's exercise asks for.
 """
 
 import copy
 import itertools
-import math
 from collections.abc import Callable, Sequence
 
 import torch
@@ -21,15 +19,16 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
-from ..ddp.implementations.allreduce import ring_all_reduce
+from .. import ranks
 from ..examples import regression_loss
 from ..memory.accounting import state_tensors, storage_bytes
 from ..memory.peak import allocations, phase_of, phased_step
 from ..ranks.by_source import SourceFunction
 from ..ranks.launcher import device
 from ..ranks.traffic import counted
-from . import ranks, zero3
-from .zero1 import shard_range
+from . import zero3
+from .collectives import piece_size, shard_range
+from .rings import ring_collectives
 
 # 8 inputs, four hidden layers of 127, 4 outputs: layers of 1,143, 16,256 (three) and 512 parameters, 50,423 in
 # all: one layer is a third of the model at most. 1,143 splits unevenly over 2 and 4 ranks, 16,256 over 3.
@@ -46,7 +45,7 @@ def bytes_per_step(numels: Sequence[int], world_size: int, reshard: bool = True,
     if world_size == 1:
         return 0
     collectives = 3 if reshard else 2
-    return sum(collectives * (world_size - 1) * math.ceil(numel / world_size) * element_size for numel in numels)
+    return sum(collectives * (world_size - 1) * piece_size(numel, world_size) * element_size for numel in numels)
 
 
 def _train(forward: Callable, optimizer: torch.optim.Optimizer, held: Callable[[], list[torch.Tensor]],
@@ -73,9 +72,9 @@ def _ddp(model: nn.Module, batches: list, lr: float) -> dict:
     parameters = list(model.parameters())
     optimizer = torch.optim.Adam(parameters, lr=lr)
 
-    def average_gradients() -> None:  # DDP's all-reduce, on one flat vector, around a ring
+    def average_gradients() -> None:  # DDP's all-reduce, on one flat vector
         flat = parameters_to_vector(p.grad for p in parameters)
-        ring_all_reduce(flat)
+        dist.all_reduce(flat)
         vector_to_parameters(flat / dist.get_world_size(), [p.grad for p in parameters])
 
     run = _train(model, optimizer, lambda: parameters, batches, average_gradients)
@@ -83,7 +82,7 @@ def _ddp(model: nn.Module, batches: list, lr: float) -> dict:
 
 
 def _zero3(model: nn.Sequential, batches: list, lr: float, **options) -> dict:
-    sharded = zero3.Zero3(model, ring=True, **options)
+    sharded = zero3.Zero3(model, **options)
     optimizer = torch.optim.Adam(sharded.shards(), lr=lr)
     held_after_forward: list[list[int]] = []
 
@@ -104,8 +103,9 @@ def compare(model: nn.Sequential, batches: list, lr: float, ways: dict[str, dict
     after the forward, each shard's bytes, each layer's parameter count. The runner's ``parameters`` are the
     first ZeRO-3 way's, to check against one device."""
     ways = WAYS if ways is None else ways
-    results = {way: (_ddp if way == "DDP" else _zero3)(copy.deepcopy(model), batches, lr, **options)
-               for way, options in ways.items()}
+    with ring_collectives():
+        results = {way: (_ddp if way == "DDP" else _zero3)(copy.deepcopy(model), batches, lr, **options)
+                   for way, options in ways.items()}
     return {"ways": results, "parameters": results[next(w for w in ways if w != "DDP")]["parameters"]}
 
 

@@ -1,5 +1,5 @@
 """What every course widget shares with the quiz: a figure shown as a PNG, errors shown in the widget, and the
-sentence a saved widget shows until its cell runs."""
+sentence a saved widget shows until its cell runs (with, for a quiz, the place of the learner's last answer)."""
 
 import functools
 import runpy
@@ -17,8 +17,9 @@ NEEDS_KERNEL = "dpcourse-run-this-cell"
 # That sentence, with the style that hides ipywidgets' broken-link icons beside it and lights it up when a control
 # is clicked. Read by path from the Jupyter config folder: the course's server also writes it, on save, where a
 # widget's kernel has gone (jupyter_config/jupyter_server_config.py), and that server must not import dpcourse.
-RUN_THIS_CELL: str = runpy.run_path(str(Path(__file__).resolve().parents[1] / "jupyter_config" / "run_this_cell.py"))[
-    "RUN_THIS_CELL"]
+_SAVED = runpy.run_path(str(Path(__file__).resolve().parents[1] / "jupyter_config" / "run_this_cell.py"))
+RUN_THIS_CELL: str = _SAVED["RUN_THIS_CELL"]
+ANSWER_SLOT: str = _SAVED["ANSWER_SLOT"]  # where the server writes a quiz's last answer (quiz.widget.answer_slot)
 
 
 def show_png(image: widgets.Image, png: bytes, width: str) -> None:

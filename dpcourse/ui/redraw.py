@@ -57,6 +57,11 @@ class Redraw:
             return None
         return encode(self.canvas)
 
+    @property
+    def prepared(self) -> bool:
+        """Whether the background that each later ``png`` starts from is drawn (by ``prepare``)."""
+        return self._background is not None
+
     def prepare(self, changing: Sequence[Artist]) -> None:
         """Draw and keep everything but ``changing``: what each later ``png`` starts from. Call it when
         nothing waits (an explorer's look-ahead); otherwise the next ``png`` calls it."""

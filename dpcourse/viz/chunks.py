@@ -73,10 +73,10 @@ def chunk_split(
     top, bottom = fig.subplots(2, 1, height_ratios=[len(tensors) + 0.6, n_devices])
     dropped = _draw_rows(top, tensors, received, size)
     _draw_devices(bottom, devices, received, dim % rank)
-    along = "rows" if dim == 0 else f"slices along dim {dim}"
+    along = plural(size, "row") if dim == 0 else f"{plural(size, 'slice')} along dim {dim}"
     idle = n_devices - len(inputs)
     note = f" ({idle} idle)" if idle else ""
-    title = f"{size} {along} on {n_devices} devices: chunks {', '.join(map(str, chunks))}{note}"
+    title = f"{along} on {plural(n_devices, 'device')}: chunks {', '.join(map(str, chunks))}{note}"
     if any(rows is None for name in keywords for rows in received[name]):
         # torch 2.13's scatter_kwargs pads kwargs only while they are fewer than the positional *arguments*
         # (torch/nn/parallel/scatter_gather.py:103), never with one positional argument, as here.

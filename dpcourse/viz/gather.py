@@ -11,7 +11,7 @@ from dpcourse.devices import DeviceLike
 from dpcourse.devices import devices as choose_devices
 from dpcourse.scatter_gather import gather
 
-from .palette import cell, device_color, device_handles, legend_below, new_figure
+from .palette import cell, device_color, device_handles, legend_below, new_figure, plural
 
 GAP = 0.6  # rows of space between two replicas' blocks on the left
 OUTPUT_X, GATHERED_X = 0, 3  # the two columns of the picture
@@ -76,7 +76,7 @@ def gather_view(
         ax.spines[side].set_visible(False)
     legend_below(fig, device_handles(devices))
     rows = "row" if sizes == [1] else "rows"
-    what = f"{len(sizes)} scalars" if scalars else f"outputs of {', '.join(map(str, sizes))} {rows}"
+    what = plural(len(sizes), "scalar") if scalars else f"outputs of {', '.join(map(str, sizes))} {rows}"
     fig.suptitle(f"gather: {what} → one tensor of shape {list(gathered.shape)} on {gathered.device}")
     if warning:
         ax.set_title("gather warned, UserWarning:\n" + textwrap.fill(warning, 80), fontsize=8,

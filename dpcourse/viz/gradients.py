@@ -105,7 +105,8 @@ def gradient_sum(
     handles = device_handles([plural(b, "row") for b in chunks])
     handles += [Patch(color=COMBINED_COLOR, label="sum over replicas"), Patch(label="single device", **REFERENCE)]
     legend_below(fig, handles)
-    fig.suptitle(f"Gradient of {name}: {len(chunks)} replicas' gradients add up to the single-device one")
+    replicas = plural(len(chunks), "replica's", "replicas'")
+    fig.suptitle(f"Gradient of {name}: {replicas} gradients add up to the single-device one")
     fig.dpcourse_data = {
         "param": name, "inputs": x, "targets": y, "chunks": chunks, "entries": entries,
         "per_replica": per_replica, "sum": total, "reduced": reduced, "single_device": single, "max_abs_diff": diff,
@@ -156,8 +157,8 @@ def per_replica_mean_bias(batch: int = 7, n_devices: int = 2) -> Figure:
     fractions = list(dict.fromkeys(f"1/{len(chunks) * b}" for b in chunks))
     verdict = f"weighs samples {', '.join(fractions)}, not 1/{batch}" if fractions != [f"1/{batch}"] else (
         f"weighs every sample 1/{batch}, as one device does")
-    fig.suptitle(f"{batch} samples on {len(chunks)} devices (chunks {', '.join(map(str, chunks))}):\n"
-                 f"a mean of means {verdict}")
+    fig.suptitle(f"{plural(batch, 'sample')} on {plural(len(chunks), 'device')} "
+                 f"(chunks {', '.join(map(str, chunks))}):\na mean of means {verdict}")
     fig.dpcourse_data = {
         "chunks": chunks, "weights": weights, "expected_weights": [1 / (len(chunks) * chunks[j]) for j in owners],
         "data_parallel": data_parallel, "single_device": single, "max_abs_diff": diff,

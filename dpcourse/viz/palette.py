@@ -15,6 +15,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch, Rectangle
 
 from ..ui.png import png_bytes
+from ..ui.words import plural as plural  # the figures take it from here, with the colours
 
 # Okabe–Ito, reordered so the first devices get the colours easiest to tell apart on white.
 DEVICE_COLORS = ("#0072B2", "#E69F00", "#009E73", "#D55E00", "#56B4E9", "#CC79A7", "#F0E442", "#000000")
@@ -72,11 +73,6 @@ def new_figure(height: float, width: float = MAX_WIDTH) -> Figure:
     if width > MAX_WIDTH:
         raise ValueError(f"Figures are at most {MAX_WIDTH} inches wide to stay readable in a notebook; got {width}.")
     return CourseFigure(figsize=(width, height), layout="constrained")
-
-
-def plural(n: int, word: str) -> str:
-    """``plural(1, "row")`` is ``"1 row"``, ``plural(3, "row")`` is ``"3 rows"``."""
-    return f"{n} {word}" if n == 1 else f"{n} {word}s"
 
 
 def device_label(i: int, device: torch.device | str | None = None, unit: str = "replica") -> str:

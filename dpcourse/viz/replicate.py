@@ -11,7 +11,7 @@ from torch import nn
 from dpcourse.devices import DeviceLike
 from dpcourse.replicate import replicate
 
-from .palette import IDLE_COLOR, cell, device_color, device_label, grid_axes, legend_below, new_figure
+from .palette import IDLE_COLOR, cell, device_color, device_label, grid_axes, legend_below, new_figure, plural
 
 SHARED = "shared storage"
 COPY = "copy"
@@ -113,6 +113,6 @@ def replicate_map(module: nn.Module, devices: Sequence[DeviceLike]) -> Figure:
     styles = {relation: _style(relation, LEGEND_GREY) for relation in (SHARED, COPY, BY_REFERENCE)}
     handles = [Patch(label=relation, facecolor=style.pop("fill"), **style) for relation, style in styles.items()]
     legend_below(fig, handles)
-    fig.suptitle(f"{type(module).__name__} replicated on {len(devices)} devices: shared or copied?")
+    fig.suptitle(f"{type(module).__name__} replicated on {plural(len(devices), 'device')}: shared or copied?")
     fig.dpcourse_data = {"relations": relations}
     return fig

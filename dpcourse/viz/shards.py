@@ -7,7 +7,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
-from .palette import IDLE_COLOR, device_color, legend_below, new_figure, text_color
+from .palette import IDLE_COLOR, device_color, legend_below, new_figure, plural, text_color
 
 PARAMETER_FILLS = ("#E8E8E8", "#C8C8C8")  # two greys, alternating, so neighbouring parameters stay apart
 PADDING = {"facecolor": "white", "edgecolor": IDLE_COLOR, "hatch": "///"}
@@ -55,8 +55,8 @@ def shard_layout(parameters: Sequence[tuple[str, int]], world_size: int) -> Figu
         ax.spines[side].set_visible(False)
     ax.tick_params(axis="y", length=0)
     padding = size * world_size - numel
-    ax.set_title(f"{numel} numbers on {world_size} ranks: shards of ceil({numel} / {world_size}) = {size}, "
-                 f"padding {padding}", fontsize=10)
+    ax.set_title(f"{plural(numel, 'number')} on {plural(world_size, 'rank')}: shards of "
+                 f"ceil({numel} / {world_size}) = {size}, padding {padding}", fontsize=10)
     handles = [Patch(color=device_color(rank), label=f"rank {rank}") for rank in range(world_size)]
     legend_below(fig, [*handles, Patch(**PADDING, label="padding for the all-gather")])
     return fig

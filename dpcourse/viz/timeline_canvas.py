@@ -16,8 +16,9 @@ from .timeline import Frame, draw_frame, draw_spans
 FRAMES_KEPT = 2  # figures kept, the most recently used (up to 28 MB each at 8 devices, with its background)
 
 
-class _Drawn:
-    """One frame's figure and the spans drawn into it last."""
+class KeptFigure:
+    """One frame's figure (``redraw``, a ``ui.redraw.Redraw``; its ``ax`` and ``title``) and the ``spans`` drawn
+    into it last."""
 
     def __init__(self, frame: Frame) -> None:
         fig, self.ax, self.title = draw_frame(frame)
@@ -36,17 +37,23 @@ class TimelineCanvas:
     their axes are exactly where the first step's were (a fresh figure might move them by a pixel or two
     to fit other tick labels). A step whose labels would leave the canvas gets a fresh figure.
     ``prepare()`` draws what later steps start from; ``TraceExplorer`` calls it while the learner looks.
+    ``kept`` lists the figures kept (``KeptFigure``), so a reader can see whether one is prepared.
     """
 
     def __init__(self) -> None:
-        self._drawn: dict[Frame, _Drawn] = {}
+        self._drawn: dict[Frame, KeptFigure] = {}
+
+    @property
+    def kept(self) -> list[KeptFigure]:
+        """The figures kept, one per frame, least recently used first (at most ``FRAMES_KEPT``)."""
+        return list(self._drawn.values())
 
     def png(self, trace: Trace) -> tuple[bytes, str]:
         frame = Frame.of(trace)
         drawn = self._drawn.pop(frame, None)
         png = None if drawn is None else self._draw(drawn, trace, frame)
         if png is None:  # a new frame, or the kept layout no longer fits
-            drawn = _Drawn(frame)
+            drawn = KeptFigure(frame)
             png = self._draw(drawn, trace, frame)
         self._drawn[frame] = drawn  # now the most recently used
         while len(self._drawn) > FRAMES_KEPT:
@@ -59,7 +66,7 @@ class TimelineCanvas:
             drawn.redraw.prepare(drawn.changing)
 
     @staticmethod
-    def _draw(drawn: _Drawn, trace: Trace, frame: Frame) -> bytes | None:
+    def _draw(drawn: KeptFigure, trace: Trace, frame: Frame) -> bytes | None:
         for artist in drawn.spans:
             artist.remove()
         drawn.spans = draw_spans(drawn.redraw.fig, drawn.ax, drawn.title, trace, frame)

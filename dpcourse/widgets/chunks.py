@@ -9,7 +9,7 @@ from dpcourse.scatter_gather import scatter
 from dpcourse.ui.controls import reports_errors
 from dpcourse.viz.palette import plural
 
-from ._base import Explorer, int_slider, paragraph
+from .explorer import Explorer, int_slider, paragraph
 
 WARNING_STYLE = "color: #B35900; font-weight: bold"
 OTHER_SIZE = 3  # the size of the dimension that is not split
@@ -36,9 +36,9 @@ def idle_warning(batch: int, n_devices: int, sizes: list[int], along: str = "row
         return ""
     devices = f"device {idle[0]} sits" if len(idle) == 1 else f"devices {_and(idle)} sit"
     only = "only 1 replica runs" if len(sizes) == 1 else f"only {len(sizes)} replicas run"
-    return (f"{plural(batch, along)} on {n_devices} devices: {only}; {devices} idle. torch.chunk makes chunks of "
-            f"ceil({batch} / {n_devices}) = {plural(sizes[0], along)}, and {len(sizes)} of them already hold all "
-            f"{batch}.")
+    return (f"{plural(batch, along)} on {plural(n_devices, 'device')}: {only}; {devices} idle. torch.chunk makes "
+            f"chunks of ceil({batch} / {n_devices}) = {plural(sizes[0], along)}, and {len(sizes)} of them already "
+            f"hold all {batch}.")
 
 
 class ChunkExplorer(Explorer):
@@ -71,7 +71,7 @@ class ChunkExplorer(Explorer):
         along = "row" if dim == 0 else "slice"
         chunk_shapes = ", ".join(str(list(c.shape)) for c in chunks)
         self.summary.value = paragraph(
-            f"batch of shape {shape}, split along dim {dim}: {plural(batch, along)} on {n_devices} devices → "
+            f"batch of shape {shape}, split along dim {dim}: {plural(batch, along)} on {plural(n_devices, 'device')} → "
             f"chunk sizes {', '.join(map(str, self.chunk_sizes))}, shapes {chunk_shapes}; {len(chunks)} of "
             f"{n_devices} devices work."
         )

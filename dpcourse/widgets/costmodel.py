@@ -11,7 +11,7 @@ from dpcourse.costmodel import EXAMPLE, PRESETS, Hardware, Speedup, Workload
 from dpcourse.ui.controls import reports_errors
 from dpcourse.viz import plot_speedup
 
-from ._base import Explorer, paragraph, selection_slider, table, toggle_buttons
+from .explorer import Explorer, paragraph, selection_slider, table, toggle_buttons
 
 BATCHES = (32, 64, 128, 256, 512, 1024)
 PARAMS = (("1M", 1_000_000), ("5M", 5_000_000), ("25.6M", 25_600_000), ("100M", 100_000_000), ("400M", 400_000_000))
@@ -94,7 +94,7 @@ class CostModelCalculator(Explorer):
         )
         self.summary = widgets.HTML()
         self.terms_table = widgets.HTML()
-        formulas = "\n\n".join([costmodel.FORMULAS["dp"], costmodel.FORMULAS["ddp"], costmodel.SYMBOLS])
+        formulas = "\n\n".join([costmodel.FORMULAS["DataParallel"], costmodel.FORMULAS["DDP"], costmodel.SYMBOLS])
         self.formula = widgets.HTML(
             f"<details><summary>The formulas (<code>costmodel.formula</code>)</summary>"
             f"<pre>{html.escape(formulas, quote=False)}</pre></details>"
@@ -132,16 +132,14 @@ class CostModelCalculator(Explorer):
         machine = hardware(self.preset_toggle.value, self.bandwidth_slider.value)
         model = workload(self.params_slider.value, self.batch_slider.value)
         self.speedup = costmodel.predict_speedup(machine, model, MAX_DEVICES)
-        self.terms = {("single", 1): costmodel.step_time("single", 1, model, machine)}
-        for kind in ("dp", "ddp"):
+        self.terms = {("one device", 1): costmodel.step_time("one device", 1, model, machine)}
+        for kind in ("DataParallel", "DDP"):
             self.terms |= {(kind, n): costmodel.step_time(kind, n, model, machine) for n in COMPARED}
         self.show_figure(setting, lambda: plot_speedup(machine, model, MAX_DEVICES))
         self.summary.value = paragraph(
             f"{machine.name}: {self.params_slider.label} parameters, batch {model.batch}. {verdict(self.speedup)}"
         )
-        header = ["term (ms per step)"] + [
-            "one device" if kind == "single" else f"{kind.upper()} n={n}" for kind, n in self.terms
-        ]
+        header = ["term (ms per step)"] + [kind if kind == "one device" else f"{kind} n={n}" for kind, n in self.terms]
         rows = [
             [term] + [_ms(terms.get(term)) for terms in self.terms.values()]
             for term in TERMS

@@ -6,7 +6,7 @@ from matplotlib.figure import Figure
 from dpcourse import viz
 from dpcourse.ui.controls import reports_errors
 
-from ._base import Explorer, int_slider, paragraph, toggle_buttons
+from .explorer import Explorer, int_slider, paragraph, toggle_buttons
 
 # The three ways to reduce the per-sample losses; each is compared with one device reducing the same way.
 REDUCTIONS = (

@@ -6,7 +6,7 @@ from dpcourse import memory, viz
 from dpcourse.memory import CATEGORIES, MIB, OPTIMIZERS, Breakdown, Setup, sized_mlp
 from dpcourse.ui.controls import reports_errors
 
-from ._base import Explorer, int_slider, paragraph, table, toggle_buttons
+from .explorer import Explorer, int_slider, paragraph, table, toggle_buttons
 
 WIDTHS = ("128", "256", "512", "1024", "2048", "4096")
 CLASSES = ("10", "1000", "32000", "128000")

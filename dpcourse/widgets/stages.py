@@ -16,8 +16,8 @@ from dpcourse import viz
 from dpcourse.by_hand import tensor_at
 from dpcourse.examples import max_difference
 
-from ._base import paragraph, table
 from .chunks import idle_warning
+from .explorer import paragraph, table
 from .step_run import LEARNING_RATE, StepRecord
 
 

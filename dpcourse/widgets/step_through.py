@@ -6,7 +6,7 @@ import ipywidgets as widgets
 
 from dpcourse.ui.controls import reports_errors
 
-from ._base import Explorer, int_slider, paragraph
+from .explorer import Explorer, int_slider, paragraph
 from .stages import STAGES
 from .step_run import StepRecord, run_step
 

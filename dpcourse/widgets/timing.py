@@ -20,7 +20,7 @@ from dpcourse.timing import StepTimes, one_thread_per_operation, synchronized_cl
 from dpcourse.trace import STEPS, Span, Trace
 from dpcourse.trace import trace as trace_steps
 
-from ._base import paragraph, table
+from .explorer import paragraph, table
 
 FORWARD_STEPS = ("scatter", "replicate", "forward", "gather")  # recorded while data_parallel(x) runs
 COMPUTE_STEPS = ("forward", "backward")  # the replicas' own work: what one device would do too
@@ -75,7 +75,8 @@ class TracedTraining:
         self.clock = synchronized_clock(devices)
         self.warmed_up = False
 
-    def _step(self) -> StepTimes:
+    def step(self) -> StepTimes:
+        """One training step, timed but not traced: what the warm-up runs, and each traced step inside its trace."""
         loss = lambda output: examples.loss_fn(output, self.y)  # noqa: E731
         return timed_step(self.data_parallel, self.model, self.x, loss, LEARNING_RATE, self.clock)
 
@@ -83,12 +84,12 @@ class TracedTraining:
         """``steps`` traced training steps (after the warm-up step, the first time)."""
         with one_thread_per_operation() if self.on_cpu else contextlib.nullcontext():
             if not self.warmed_up:
-                self._step()
+                self.step()
                 self.warmed_up = True
             measured = []
             for _ in range(steps):
                 with trace_steps() as recorded:
-                    times = self._step()
+                    times = self.step()
                 measured.append(TimedStep(recorded, times))
         return measured
 

@@ -11,7 +11,7 @@ from dpcourse.ui.png import rendered
 from dpcourse.viz.palette import new_figure
 from dpcourse.viz.timeline_canvas import TimelineCanvas
 
-from ._base import Explorer, int_slider, paragraph, selection_slider, toggle_buttons
+from .explorer import Explorer, int_slider, paragraph, selection_slider, toggle_buttons
 from .timing import MODELS, TracedTraining, describe, stage_totals
 
 BATCHES = (16, 64, 256)
@@ -40,9 +40,10 @@ class TraceExplorer(Explorer):
     DataParallel's overhead, the model's compute or neither dominates (``timing.verdict``). Nothing runs until
     ``run_button`` is clicked, and a changed setting clears the result until the next Run, so what is shown
     always matches the controls.
-    Run again with the same model, batch and devices goes on training the same model: no new warm-up step;
-    and its figure is drawn into the last one's (``viz.timeline_canvas``), in about half the time. CPU devices
-    run with one intra-op thread each, as in lesson 09 (``timing.one_thread_per_operation``).
+    Run again with the same model, batch and devices goes on training the same model (``training``): no new
+    warm-up step; and its figure is drawn into the last one's (``timeline_canvas``, see
+    ``viz.timeline_canvas``), in about half the time. CPU devices run with one intra-op thread each, as in
+    lesson 09 (``timing.one_thread_per_operation``).
     Controls: ``model_toggle`` (small / large / many-layers, see ``timing.MODELS``), ``batch_slider``,
     ``devices_slider``, ``steps_slider``, ``run_button``.
     """
@@ -56,7 +57,7 @@ class TraceExplorer(Explorer):
         self.status = widgets.HTML()
         self.totals = widgets.HTML()
         self._training: tuple[tuple, TracedTraining] | None = None  # the last Run's setting and its model
-        self._canvas = TimelineCanvas()
+        self.timeline_canvas = TimelineCanvas()
         settings = [self.model_toggle, self.batch_slider, self.devices_slider, self.steps_slider]
         rows = [
             self.model_toggle,
@@ -69,6 +70,11 @@ class TraceExplorer(Explorer):
             control.observe(self._clear, names="value")
         self.run_button.on_click(self._run)
         self._clear()
+
+    @property
+    def training(self) -> TracedTraining | None:
+        """The last Run's ``TracedTraining``: its model, trained on by Run again (``None`` before the first Run)."""
+        return None if self._training is None else self._training[1]
 
     def _describe_settings(self) -> str:
         choice = MODELS[self.model_toggle.value]
@@ -101,7 +107,7 @@ class TraceExplorer(Explorer):
             self.status.value = paragraph(f"{self._describe_settings()}: the run failed, see below.")
             raise  # reports_errors shows it in the message area
         median = sorted(measured, key=lambda timed: timed.times.seconds)[len(measured) // 2]
-        show_png(self.image, *self._canvas.png(median.trace))
+        show_png(self.image, *self.timeline_canvas.png(median.trace))
         self.totals.value = describe(stage_totals(measured), steps)
         self.status.value = paragraph(f"{self._describe_settings()}: measured.")
-        self.look_ahead(self._canvas.prepare)  # so that the next Run's figure draws only its spans
+        self.look_ahead(self.timeline_canvas.prepare)  # so that the next Run's figure draws only its spans

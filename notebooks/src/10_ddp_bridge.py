@@ -14,7 +14,7 @@
 # Everything below runs for real: DDP from `torch`, in **2 processes** talking through a [process group](00_start_here.ipynb#Glossary)
 # backend, started from this notebook by `dpcourse.ddp` (`dpcourse/ddp/`):
 # [NCCL](00_start_here.ipynb#Glossary) on the GPUs when the machine has a GPU for each rank, else gloo on
-# the CPU (`ranks.backend_for`). The first launch starts a helper process that imports torch once;
+# the CPU (`dpcourse.ranks.backend_for`). The first launch starts a helper process that imports torch once;
 # the later launches reuse it, so only the first one waits for that import.
 
 # %%
@@ -313,7 +313,7 @@ viz.timeline(gpu.traces[3][-1], gpu.label)
 # measured:
 
 # %%
-print(costmodel.FORMULAS["dp"], costmodel.formula("ddp"), sep="\n\n")
+print(costmodel.FORMULAS["DataParallel"], costmodel.formula("DDP"), sep="\n\n")
 
 # %% [markdown]
 # DataParallel pays for Python (`N * M * o`, one GIL for every replica's modules) and for building the

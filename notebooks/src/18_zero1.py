@@ -132,8 +132,9 @@ with quiz.reveal("18-unpadded-all-gather"):
 # gloo checks, on every rank, that each receiving piece has the size of the rank's own input, and refuses
 # otherwise (`torch/distributed/distributed_c10d.py: all_gather` hands the lists to the backend). So every
 # rank sends `ceil(numel / n)` numbers: a short slice is padded with zeros at its end, and the gathered vector
-# is cut back to `numel` (`zero1.all_gathered`). The padding is what the hatched end of the figure above shows:
-# at most n − 1 numbers, sent for nothing. FSDP2 pads the same way, each shard to the size of the first.
+# is cut back to `numel` (`all_gather_padded` in `dpcourse/sharded/collectives.py`). The padding is what the
+# hatched end of the figure above shows: at most n − 1 numbers, sent for nothing. FSDP2 pads the same way, each
+# shard to the size of the first.
 #
 # ## A ZeRO-1 step
 # On every rank, with the rank's own `(x, y)`:

@@ -32,10 +32,10 @@ from torch import nn
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 
-from dpcourse import exercises, quiz
+from dpcourse import exercises, quiz, ranks
 from dpcourse.memory import sized_mlp
 from dpcourse.ranks import backend_for
-from dpcourse.sharded import checkpoint_sharded, practice, ranks, side_by_side
+from dpcourse.sharded import checkpoint_sharded, practice, side_by_side
 
 print({f"{n} ranks": backend_for(n) for n in (2, 3)})
 

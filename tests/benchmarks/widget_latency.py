@@ -14,9 +14,9 @@ from typing import Any
 
 import ipywidgets as widgets
 
-from dpcourse.widgets._base import Explorer
 from dpcourse.widgets.chunks import ChunkExplorer
 from dpcourse.widgets.costmodel import CostModelCalculator
+from dpcourse.widgets.explorer import Explorer
 from dpcourse.widgets.gradients import GradientSum
 from dpcourse.widgets.memory import MemoryCalculator
 from dpcourse.widgets.step_through import StepThrough

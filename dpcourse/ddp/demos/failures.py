@@ -8,8 +8,9 @@ others wait for it in a second ``all_reduce``:
   lists as a consequence.
 * ``"kill"``: the rank is killed with SIGKILL, as the out-of-memory killer would; no traceback exists,
   the error says which rank died and by which signal.
-* ``"hang"``: the rank sleeps. Nobody fails; the others would wait up to the process-group timeout
-  (30 s), and ``launch``'s own deadline (``timeout=``) stops everything with a ``TimeoutError``.
+* ``"hang"``: the rank sleeps. Nobody fails; the others wait for it in their all-reduce, and ``launch``'s
+  deadline (``timeout=``; the process group's own comes 30 s later) stops everything with a ``TimeoutError``
+  that says where each rank waited.
 """
 
 import os

@@ -4,9 +4,9 @@ The real one is C++, ``Reducer`` in ``torch/csrc/distributed/c10d/reducer.cpp``;
 ``torch/nn/parallel/distributed.py``. What it does, and what ``GradientBuckets`` does in ~60 lines:
 
 1. At construction, broadcast rank 0's parameters and buffers, so every rank starts equal.
-2. Group the parameters into buckets: in ``parameters()`` order, closing a bucket once it holds at least
-   ``bucket_bytes`` (DDP: 25 MiB, but 1 MiB for the first, ``_compute_bucket_assignment_by_size``), then
-   *reverse* the list of buckets, because backward produces the last layers' gradients first. (DDP
+2. Group the parameters into buckets (``bucket_indices``): in ``parameters()`` order, closing a bucket once it
+   holds at least ``bucket_bytes`` (DDP: 25 MiB, but 1 MiB for the first, ``_compute_bucket_assignment_by_size``),
+   then *reverse* the list of buckets, because backward produces the last layers' gradients first. (DDP
    itself starts with this layout and, after the first backward, rebuilds the buckets in the order the
    gradients really arrived: ``Reducer::rebuild_buckets``.)
 3. Put a hook on every parameter (``register_post_accumulate_grad_hook``: it runs once ``.grad`` holds
@@ -21,6 +21,7 @@ launched bucket 1 first while rank 1 launched bucket 0 first, the two all-reduce
 """
 
 import dataclasses
+from collections.abc import Sequence
 from itertools import chain
 
 import torch
@@ -30,6 +31,24 @@ from torch import nn
 from ...examples import flat_grad, make_model, max_difference, regression_batch, regression_loss
 from ...ranks.launcher import device, launch
 from ..per_rank import shard, wrap
+
+
+def bucket_indices(sizes: Sequence[int], bucket_size: int) -> list[list[int]]:
+    """The parameters' indices grouped into buckets, DDP's rule (step 2 above): in order, a bucket closes once it
+    holds at least ``bucket_size``; then the buckets are reversed, as ``DistributedDataParallel._ddp_init_helper``
+    does with what ``dist._compute_bucket_assignment_by_size`` returns (``torch/nn/parallel/distributed.py``).
+
+    ``sizes`` and ``bucket_size`` in one unit: bytes for ``GradientBuckets``, as DDP counts; numbers of values for
+    ``sharded.zero2``, whose buckets are flat vectors of one dtype."""
+    groups: list[list[int]] = [[]]
+    filled = 0
+    for index, size in enumerate(sizes):
+        groups[-1].append(index)
+        filled += size
+        if filled >= bucket_size and index < len(sizes) - 1:
+            groups.append([])
+            filled = 0
+    return groups[::-1]
 
 
 class GradientBuckets:
@@ -44,15 +63,9 @@ class GradientBuckets:
         for tensor in chain(module.parameters(), module.buffers()):
             dist.broadcast(tensor.data, src=0)
         named = [(name, p) for name, p in module.named_parameters() if p.requires_grad]
-        self.buckets: list[list[tuple[str, nn.Parameter]]] = [[]]
-        filled = 0
-        for i, (name, param) in enumerate(named):
-            self.buckets[-1].append((name, param))
-            filled += param.numel() * param.element_size()
-            if filled >= bucket_bytes and i < len(named) - 1:
-                self.buckets.append([])
-                filled = 0
-        self.buckets.reverse()  # the last layers' gradients are ready first, so their bucket goes first
+        # Reversed: the last layers' gradients are ready first, so their bucket goes first.
+        groups = bucket_indices([p.numel() * p.element_size() for _, p in named], bucket_bytes)
+        self.buckets = [[named[i] for i in group] for group in groups]
         self._bucket_of = {param: i for i, bucket in enumerate(self.buckets) for _, param in bucket}
         for _, param in named:
             param.register_post_accumulate_grad_hook(self._gradient_ready)

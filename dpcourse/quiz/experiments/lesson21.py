@@ -53,7 +53,8 @@ def gathers_per_step() -> Outcome:
 def checkpoint_on_fewer_ranks() -> Outcome:
     """Save FSDP2's model and Adam on 3 ranks after step 3 (``dcp.save``), load both on 2 ranks into a model of
     zeros, run step 4; compare with the 3-rank run's own step 4."""
-    from dpcourse.sharded import practice, ranks
+    from dpcourse import ranks
+    from dpcourse.sharded import practice
 
     with tempfile.TemporaryDirectory(prefix="dpcourse-quiz21-") as directory:
         saved = practice.tour(directory)

@@ -4,7 +4,7 @@ On CPU devices every tensor is on the one CPU, so a lesson that builds its model
 ``dpcourse.devices(n)`` runs fine here and crashes on a GPU machine, where ``devices(n)`` is
 ``[cuda:0, ...]``: "module must have its parameters and buffers on device cuda:0 (devices[0]) but found one
 of them on device: cpu". This file makes such mistakes fail on the CPU too. IPython runs it in every kernel
-that builds or tests a lesson (notebooks/conftest.py sets IPYTHONDIR=tests/ipython); tests load it with
+that builds or tests a lesson (notebooks/conftest.py sets IPYTHONDIR=notebooks/kernel/ipython); tests load it with
 ``runpy`` and call ``install``.
 
 Every tensor is either *placed* (it would be on the GPU) or not (it would stay on the CPU):

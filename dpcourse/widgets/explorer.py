@@ -8,7 +8,8 @@ notebook checked with nbval would see their captured text as a mismatch.
 
 import functools
 import html
-from collections.abc import Callable, Hashable, Sequence
+import types
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any
 
 import ipywidgets as widgets
@@ -79,7 +80,8 @@ class Explorer(widgets.VBox):
       names), in the order ``latency.measure_interactions`` exercises them;
     * ``image``: the current figure as PNG bytes (hidden and empty when the view has no figure);
     * ``message``: empty, or the last callback's error in red (see ``reports_errors``);
-    * ``look_ahead``: after answering a learner's change, prepare the settings they most likely pick next.
+    * ``look_ahead``: after answering a learner's change, prepare the settings they most likely pick next;
+      ``cached_figures()`` shows what has been rendered, prepared ahead or not.
 
     ``repr()`` is the class name and the controls' values, e.g. ``ChunkExplorer(batch=10, devices=4, dim=0)``:
     stable text for a notebook's stored output, where ipywidgets' default repr would list every child's value.
@@ -101,6 +103,14 @@ class Explorer(widgets.VBox):
         if key not in self._pngs:
             self._pngs[key] = rendered(make)
         return self._pngs[key]
+
+    def cached_figures(self) -> Mapping[Hashable, tuple[bytes, str]]:
+        """Every figure rendered so far, by its key (the setting it shows): its PNG and ``css_width``.
+
+        A read-only view, live: it grows as the explorer renders, so a test (or a curious reader) can see
+        what the look-ahead prepared before the learner asks for it.
+        """
+        return types.MappingProxyType(self._pngs)
 
     def show_figure(self, key: Hashable, make: Callable[[], Figure] | None) -> None:
         """Show the figure ``make()`` draws, rendered once per ``key``; ``make=None`` hides the image."""

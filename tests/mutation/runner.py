@@ -87,8 +87,13 @@ def _read(fd: int, deadline: float) -> str | None:
 def _child(exercise: exercises.Exercise, namespace: dict, solution: str, label: str, fd: int) -> None:
     """Define the solution, check it, write the outcome to ``fd`` and exit (``os._exit``: no cleanup of the
     parent's objects, which the child only borrowed)."""
+    import torch
+
     from dpcourse import exercises as course_exercises
 
+    # torch's intra-op thread pool does not survive a fork: a child that runs a parallel kernel after its parent
+    # used the pool from several threads (a check's replicas, say) waits forever for workers it does not have.
+    torch.set_num_threads(1)
     if forkserver._forkserver._forkserver_pid is not None:  # the parent's server runs (share_forkserver)
         forkserver._forkserver.ensure_running = resource_tracker.ensure_running
     quiet = os.open(os.devnull, os.O_WRONLY)

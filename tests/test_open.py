@@ -3,6 +3,7 @@ kernel's metadata) and the JupyterLab command it hands over to. The browser side
 """
 
 import asyncio
+import concurrent.futures
 import json
 import os
 import runpy
@@ -179,7 +180,10 @@ def save(manager: "ContentsManager", notebook: nbformat.NotebookNode, path: str)
     model = {"type": "notebook", "content": json.loads(nbformat.writes(notebook))}
     saved = manager.save(model, path)
     if asyncio.iscoroutine(saved):  # the server's default manager is the async one
-        asyncio.run(saved)
+        # In a thread of its own: an earlier test in this worker may have left an event loop running in this one
+        # (nbclient's), where asyncio.run refuses to start.
+        with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+            pool.submit(asyncio.run, saved).result()
 
 
 def test_the_server_saves_a_widget_whose_model_is_gone_as_the_run_this_cell_sentence(tmp_path: Path) -> None:

@@ -22,6 +22,7 @@ exercise                    what the learner's code must do
 """
 
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 from unittest import mock
@@ -122,9 +123,13 @@ def _replicate_cases() -> list[Case]:
     return cases
 
 
-def _probe(i: int, seen: list) -> Callable[[torch.Tensor], torch.Tensor]:
+def _probe(i: int, seen: list, delay: float = 0.0) -> Callable[[torch.Tensor], torch.Tensor]:
+    """Replica ``i``: ``x * (i + 1)``, noting which thread ran it. ``delay`` seconds first, so that a parallel_apply
+    that returns without joining its threads returns before this output exists, every time, not by chance."""
+
     def replica(x: torch.Tensor) -> torch.Tensor:
         seen.append((i, threading.current_thread().name))
+        time.sleep(delay)
         return x * (i + 1)
 
     return replica
@@ -187,7 +192,8 @@ def _parallel_apply_cases() -> list[Case]:
     cases = []
     for n in (1, 2, 4):
         seen: list = []
-        functions, inputs = [_probe(i, seen) for i in range(n)], [_rows(2) + i for i in range(n)]
+        functions = [_probe(i, seen, delay=0.2 if i == n - 1 else 0.0) for i in range(n)]
+        inputs = [_rows(2) + i for i in range(n)]
         hint = "start every thread, then join them all, then return the outputs"
         cases.append(Case(plural(n, "replica"), (functions, inputs), hint, {"seen": seen, "started": []}))
     seen = []

@@ -56,7 +56,7 @@ class Traffic:
     calls: list[tuple[str, int]] = dataclasses.field(default_factory=list)
     # Each send's request (dist.Work) by its id(), held weakly: a request holds its tensor, so keeping it would keep
     # the tensor's memory alive, and lesson 20 measures that memory.
-    sends: dict[int, weakref.ref] = dataclasses.field(default_factory=dict)
+    sends: dict[int, Callable[[], object]] = dataclasses.field(default_factory=dict)
     waited: set[int] = dataclasses.field(default_factory=set)  # the id() of each live request someone waited for
     dropped_unwaited: int = 0  # requests gone without anybody waiting for them
 
@@ -70,7 +70,10 @@ class Traffic:
             self.waited.discard(key)
             self.sends.pop(key, None)
 
-        self.sends[key] = weakref.ref(request, gone)
+        try:
+            self.sends[key] = weakref.ref(request, gone)
+        except TypeError:  # a torch whose Work takes no weak reference: kept, with its tensor, while counting
+            self.sends[key] = lambda: request
 
     @property
     def unwaited(self) -> int:

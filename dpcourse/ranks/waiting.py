@@ -18,6 +18,8 @@ from pathlib import Path
 import torch.distributed as dist
 from torch.distributed import distributed_c10d
 
+from .traffic import swapped
+
 # The calls a rank can wait in for another rank: the collectives, the barrier, a blocking send or recv.
 WAITS = (
     "all_reduce", "reduce", "broadcast", "all_gather", "all_gather_into_tensor", "all_gather_object",
@@ -60,17 +62,12 @@ def noted(path: Path) -> Iterator[None]:
 
         return call
 
-    originals = {name: getattr(dist, name) for name in WAITS if hasattr(dist, name)}
-    for module in (dist, distributed_c10d):  # `dist.all_reduce` and `distributed_c10d.all_reduce` are one function
-        for name, function in originals.items():
-            setattr(module, name, noting(name, function))
+    present = [name for name in WAITS if hasattr(dist, name) and hasattr(distributed_c10d, name)]
     write({"inside": None, "calls": 0})
     try:
-        yield
+        with swapped({name: noting(name, getattr(dist, name)) for name in present}):
+            yield
     finally:
-        for module in (dist, distributed_c10d):
-            for name, function in originals.items():
-                setattr(module, name, function)
         file.close()
 
 

@@ -4,7 +4,7 @@
 
 1. all-reduces one copy with ``dist.all_reduce``: the expected answer;
 2. calls ``function(tensor)`` on another, counting the bytes it sends and receives and the collectives it
-   calls (``traffic.counted``);
+   calls (``traffic.counted``), and fails if it returned with a ``dist.isend`` nobody waited for;
 3. returns both tensors and the counts.
 
 The function travels to the ranks as its source (``by_source``), since a rank cannot import a notebook cell.
@@ -38,11 +38,22 @@ def _learners_function(function: SourceFunction, inputs: list[torch.Tensor], err
     try:
         with counted() as traffic:
             function.rebuild()(tensor)
+        if traffic.unwaited:
+            raise RuntimeError(_unwaited_message(traffic.unwaited))
     except Exception as error:
         keep_error(error, errors)
         raise
     return {"result": tensor.cpu(), "expected": expected.cpu(), "sent": traffic.sent, "received": traffic.received,
-            "collectives": traffic.collectives, "unwaited": traffic.unwaited}
+            "collectives": traffic.collectives}
+
+
+def _unwaited_message(unwaited: int) -> str:
+    """Why a rank that returned with sends nobody waited for fails at once. gloo may drop such a send when its
+    request is freed, and then the rank meant to receive it waits until the timeout: failing here names the
+    cause, on every run, instead of a hang on some runs."""
+    return (f"rank {dist.get_rank()} returned with {unwaited} dist.isend request(s) never waited for: until "
+            "request.wait() returns, the tensor may not have been sent yet, and changing it (or returning) can "
+            "send something else, or nothing. Call .wait() on each request before you reuse the tensor or return")
 
 
 def placed(error: Exception) -> Exception:

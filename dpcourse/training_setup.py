@@ -14,9 +14,12 @@ from .examples.model import MLP, running_example
 
 # The course's one vocabulary for kinds of training step: every topic (the memory counters, the cost model, the
 # ZeRO lessons) names a kind with one of these words and narrows the list to the kinds it knows; any other spelling
-# is a ValueError naming these. FSDP has no name of its own: FSDP2's ``fully_shard`` is ZeRO-3, or ZeRO-2 with
-# ``reshard_after_forward=False``, which is how ``dpcourse.sharded`` runs those two stages.
+# is a ValueError naming these. FSDP has no name of its own: FSDP2's ``fully_shard`` is ZeRO-3.
 KINDS = ("one device", "DataParallel", "DDP", "ZeRO-1", "ZeRO-2", "ZeRO-3")
+# FSDP2 with ``reshard_after_forward=False`` is no ZeRO stage: the paper's ZeRO-2 keeps every parameter on every
+# rank, where FSDP2 keeps its shards and, from a layer's forward to its backward, the layer's gathered parameters.
+# The memory counters, which measure it (``dpcourse.sharded.memory``), call it this; the cost model has no formula.
+FSDP2_NO_RESHARD = "FSDP2, no reshard"
 # The largest training jobs run on about 10^5 GPUs. Every per-device answer (a memory breakdown, a timeline) holds
 # one entry per device, so a larger count is refused before any work rather than filling the memory.
 MOST_DEVICES = 100_000

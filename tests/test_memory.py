@@ -177,7 +177,7 @@ BAD = [
     (lambda: sized_mlp(features=True), "features must be a whole number >= 1"),
     (lambda: Setup(optimizer="adam"), "optimizer='adam' is not one of ['SGD', 'SGD with momentum', 'Adam']."),
     (lambda: Setup(kind="FSDP"), "kind='FSDP' is not one of ['one device', 'DataParallel', 'DDP', 'ZeRO-1', 'ZeRO-2', "
-                                  "'ZeRO-3']."),
+                                  "'ZeRO-3', 'FSDP2, no reshard']."),
     (lambda: Setup(devices=2), "devices=2 with kind='one device': use kind='DataParallel', 'DDP' or a ZeRO stage."),
     (lambda: Setup(model="big"), "model must be a dpcourse.examples.MLP, got str."),
     (lambda: Setup(model=examples.MLP((8, 16, 4), batchnorm=True)), "model=MLP(widths=(8, 16, 4), batchnorm=True, "

@@ -20,7 +20,7 @@ def ddp_on_8(calculator: CostModelCalculator) -> float:
 
 def test_the_default_is_resnet50_on_8_gpus_over_pcie():
     c = CostModelCalculator()
-    assert repr(c) == "CostModelCalculator(preset='8 GPUs, PCIe', batch=256, params=25600000, bandwidth=12)"
+    assert repr(c) == "CostModelCalculator(preset='8 GPUs, PCIe', batch=256, params=25600000, bandwidth=25)"
     assert list(c.controls) == ["preset_toggle", "batch_slider", "params_slider", "bandwidth_slider"]
     # the widget's default workload is costmodel's EXAMPLE, its 25,557,032 parameters rounded to 25.6M
     expected = costmodel.predict_speedup("8 GPUs, PCIe")
@@ -106,7 +106,7 @@ def test_a_bigger_batch_hides_more_communication_and_a_bigger_model_costs_more_p
         assert f": {label} parameters" in text(c.summary)
         steps.append(float(table_rows(c.terms_table)["step"][0]))
     assert steps == sorted(steps) and steps[0] < steps[-1]
-    assert repr(c) == "CostModelCalculator(preset='8 GPUs, PCIe', batch=1024, params=400000000, bandwidth=12)"
+    assert repr(c) == "CostModelCalculator(preset='8 GPUs, PCIe', batch=1024, params=400000000, bandwidth=25)"
 
 
 def test_errors_show_in_the_message_area_and_the_next_good_interaction_clears_them(monkeypatch):
@@ -141,7 +141,7 @@ def test_an_input_that_makes_no_sense_shows_its_error_and_clears_the_stale_resul
     assert text(c.message).startswith("ValueError: Hardware.bandwidth must be a number > 0")
     assert text(c.message).endswith("not 0.0.")
     assert c.summary.value == "" and c.terms_table.value == "" and c.image.layout.display == "none"
-    c.bandwidth_slider.value = 12
+    c.bandwidth_slider.value = 25
     assert c.message.value == "" and "batch 256." in text(c.summary) and c.image.layout.display is None
 
 

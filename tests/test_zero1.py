@@ -18,7 +18,7 @@ from dpcourse import exercises, ranks
 from dpcourse.exercises.check import FAILED, PASSED
 from dpcourse.quiz import run_experiment
 from dpcourse.quiz.bank import load_lesson
-from dpcourse.sharded import zero1
+from dpcourse.sharded import zero1, zero1_wire
 from dpcourse.viz.shards import shard_layout
 from tests import zero1_programs as programs
 from tests.figure_checks import problems
@@ -35,17 +35,47 @@ EXPECTED = ranks.one_device()
 # The runner and the teaching implementation, on real ranks.
 
 @pytest.mark.parametrize("world_size", [2, 3, 4])
-def test_ddp_and_zero1_train_as_one_device_adam_and_zero1_keeps_a_shard_of_the_state(world_size):
-    results = ranks.train_on_ranks(zero1.ddp_then_zero1, world_size)
+def test_ddp_and_three_zero1s_train_as_one_device_adam_and_the_zero1s_keep_a_shard_of_the_state(world_size):
+    results = ranks.train_on_ranks(zero1_wire.every_program, world_size)
     assert ranks.first_difference(results, EXPECTED) is None
-    assert ranks.first_difference([result["ddp"] for result in results], EXPECTED) is None
+    for name in zero1_wire.PROGRAMS:
+        assert ranks.first_difference([result["runs"][name] for result in results], EXPECTED) is None, name
     numel = ranks.parameter_count()
-    assert [result["state_bytes"] for result in results] == [
-        zero1.adam_state_bytes(numel, rank, world_size) for rank in range(world_size)]
-    assert {result["ddp"]["state_bytes"] for result in results} == {zero1.one_device_state_bytes()}
+    runs = [result["runs"] for result in results]
+    for name in ("ZeRO-1, all-reduce", "ZeRO-1, reduce-scatter"):
+        assert [run[name]["state_bytes"] for run in runs] == [
+            zero1.adam_state_bytes(numel, rank, world_size) for rank in range(world_size)]
+    assert {run["DDP"]["state_bytes"] for run in runs} == {zero1.one_device_state_bytes()}
+    # torch's optimizer owns whole parameters (lesson 21): every rank less than DDP's state, together all of it
+    owned = [run["ZeroRedundancyOptimizer"]["state_bytes"] for run in runs]
+    assert max(owned) < zero1.one_device_state_bytes() and sum(owned) - 4 * 6 == 8 * numel
     padded = math.ceil(numel / world_size) * world_size * 4
-    assert results[0]["collectives"] == [("all_reduce", numel * 4), ("all_gather", padded)] * 3
-    assert results[0]["ddp"]["bucket_bytes"] == numel * 4
+    assert [run["calls"] for run in runs[0].values()] == [
+        {"all_reduce": (1, numel * 4)},
+        {"all_reduce": (1, numel * 4), "all_gather": (1, padded)},
+        {"reduce_scatter": (1, padded), "all_gather": (1, padded)},
+        {"all_reduce": (1, numel * 4), "broadcast": (6, numel * 4)},
+    ]
+
+
+@pytest.mark.parametrize("world_size", [2, 3, 4])
+def test_as_rings_the_papers_zero1_sends_ddps_bytes_and_the_other_two_half_as_many_again(world_size):
+    def share(name):  # of DDP's bytes, every rank a ring, from the sizes the course model's run records
+        numel, padded = ranks.parameter_count() * 4, math.ceil(ranks.parameter_count() / world_size) * world_size * 4
+        calls = {"DDP": {"all_reduce": (1, numel)}, "AR": {"all_reduce": (1, numel), "all_gather": (1, padded)},
+                 "RS": {"reduce_scatter": (1, padded), "all_gather": (1, padded)},
+                 "ZRO": {"all_reduce": (1, numel), "broadcast": (6, numel)}}
+        return zero1_wire.ring_bytes(calls[name], world_size) / zero1_wire.ring_bytes(calls["DDP"], world_size)
+
+    assert 1 < share("RS") < 1.01
+    assert abs(share("AR") - 1.5) < 0.01 and share("ZRO") == 1.5
+
+
+def test_ring_bytes_and_per_step_refuse_what_they_cannot_count():
+    with pytest.raises(ValueError, match=r"ring_bytes knows .*, not \['all_to_all'\]"):
+        zero1_wire.ring_bytes({"all_to_all": (1, 8)}, 2)
+    with pytest.raises(ValueError, match="did not all call the same collectives"):
+        zero1_wire.per_step([("all_reduce", 8), ("all_reduce", 8), ("broadcast", 4)], 2)
 
 
 def test_the_course_model_cannot_be_split_evenly_over_2_3_or_4_ranks():

@@ -15,8 +15,9 @@ from dpcourse.exercises import lesson19
 from dpcourse.exercises.check import FAILED, PASSED
 from dpcourse.quiz import run_experiment
 from dpcourse.quiz.bank import load_lesson
-from dpcourse.sharded import zero1, zero2, zero2_measure
+from dpcourse.sharded import ddp_buckets, zero1, zero2, zero2_measure
 from dpcourse.viz.zero2 import gradient_bytes
+from tests import zero1_programs
 from tests.figure_checks import problems
 from tests.lesson_solutions import solution
 
@@ -43,6 +44,21 @@ def test_zero2_trains_as_one_device_adam_and_keeps_a_shard_of_the_gradients(worl
     assert results[0]["collectives"] == (
         [("reduce_scatter", 4 * piece * world_size) for piece in pieces]
         + [("all_gather", 4 * piece * world_size) for piece in pieces]) * 3
+
+
+def test_default_ddp_all_reduces_one_bucket_then_rebuilds_them_in_arrival_order_and_find_unused_keeps_the_courses():
+    recorded = ddp_buckets.recorded(world_size=2, steps=3)
+    sizes = {unused: [[bucket["bytes"] for bucket in step] for step in steps] for unused, steps in recorded.items()}
+    assert sizes[False] == [[242_400], [121_200, 121_200], [121_200, 121_200]]
+    assert recorded[False][1][0]["parameters"] == ["5.bias", "5.weight", "4.bias", "4.weight", "3.bias", "3.weight"]
+    numels = [p.numel() for p in ddp_buckets.model().parameters()]
+    cap = int(ddp_buckets.BUCKET_CAP_MB * 2**20) // 4
+    course = [4 * sum(numels[i] for i in bucket) for bucket in zero2.bucket_indices(numels, cap)]
+    assert sizes[True] == [course] * 3 == [[400, 121_200, 120_800]] * 3
+
+
+def test_ddps_own_report_of_its_buckets_keeps_the_total_across_the_rebuild():
+    assert ranks.launch(zero1_programs.logged_bucket_bytes_before_and_after_a_rebuild, 2)[0] == [242_400, 242_400]
 
 
 def test_the_course_models_buckets_are_uneven_over_2_3_and_4_ranks():

@@ -115,3 +115,17 @@ def zero1_without(**flags):
         return zero1(model, batches, lr, **flags)
 
     return zero1_training
+
+
+def logged_bucket_bytes_before_and_after_a_rebuild():
+    """DDP's own report of its buckets' bytes (``ddp.demos.memory.bucket_bytes``) after each of two steps of
+    ``sharded.ddp_buckets.model()``, whose buckets DDP rebuilds after the first."""
+    from dpcourse.ddp.demos.memory import bucket_bytes
+    from dpcourse.sharded import ddp_buckets
+
+    ddp_model = torch.nn.parallel.DistributedDataParallel(ddp_buckets.model(), bucket_cap_mb=ddp_buckets.BUCKET_CAP_MB)
+    reported = []
+    for _ in range(2):
+        ddp_model(torch.ones(2, ddp_buckets.WIDTH)).sum().backward()
+        reported.append(bucket_bytes(ddp_model))
+    return reported

@@ -13,19 +13,24 @@ prediction of the cost model. ``fit_gpu`` fits one real GPU's terms from the ste
 DDP and the ZeRO stages.
 
 The modules: ``model`` (``Workload``, ``Hardware``, the formulas, ``step_time``), ``presets`` (``PRESETS``,
-ResNet-50, ``EXAMPLE``), ``speedup`` (``predict_speedup``), ``zero`` (``zero_memory``), ``measure`` (timing DP
-steps on this machine) and ``fit`` (``calibrate``, ``fit_gpu``).
+ResNet-50, ``EXAMPLE``), ``flops`` (a step's FLOPs, counted by torch, and their formula), ``speedup``
+(``predict_speedup``), ``zero`` (``zero_memory``), ``measure`` (timing DP steps on this machine) and ``fit``
+(``calibrate``, ``fit_gpu``).
 
 A teaching model: each term is one line of the formula, not a simulation. It ignores memory limits, kernel
 fusion, uneven chunks and GPU scheduling. Its job is to show which term grows with what.
 
-How FLOPs are counted, here and everywhere in the course: a multiply-add is 2 FLOPs (as
-``torch.utils.flop_counter.FlopCounterMode`` and GPU datasheets count them, so C and F agree), and a training
-step's FLOPs are 3 times the forward's (backward does two products for each forward one: the gradient of the
-layer's input and of its weights). Only matrix products and convolutions count. So an MLP's C is 6P, and
-ResNet-50's is ``resnet50_flops()``; tests/test_costmodel.py checks both against ``FlopCounterMode``.
+How FLOPs are counted, here and everywhere in the course: by torch's ``FlopCounterMode``
+(``torch.utils.flop_counter``), on the meta device (``flops.counted``), or by a formula that
+tests/test_costmodel.py holds against it. A multiply-add is 2 FLOPs (as GPU datasheets count them, so C and
+F agree); only matrix products and convolutions count. Backward runs two products for each forward one, the
+gradient of the layer's weights and of its input, except for the first layer: its input, the data, needs no
+gradient. So a training step's FLOPs are 3 times the forward's less the first layer's forward: an MLP's C is
+2 * (3 * sum(w_i) - w_1) for layers of w_i weights (``flops.mlp``), below 6P; ResNet-50's is
+``resnet50_flops()``.
 """
 
+from . import flops
 from .fit import Calibration, calibrate, fit_gpu
 from .measure import Setup, measure
 from .model import DDP_BUCKET_BYTES, FORMULAS, KINDS, SYMBOLS, Hardware, Workload, formula, step_time
@@ -48,6 +53,7 @@ __all__ = [
     "Workload",
     "calibrate",
     "fit_gpu",
+    "flops",
     "formula",
     "measure",
     "predict_speedup",

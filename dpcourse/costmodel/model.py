@@ -10,6 +10,7 @@ import math
 from torch import nn
 
 from ..training_setup import KINDS
+from . import flops
 
 # One formula per kind of training_setup.KINDS, keyed by its name. FSDP is ZeRO-3 (see ZeRO-3's formula).
 FORMULAS = {
@@ -37,8 +38,9 @@ T_ZeRO-1,2(N) = compute         (B * C / F + N * 3S / mu) / min(N, U)  as DDP: B
               + overhead        h + h_ddp
 G = (N-1)/N * S/beta + (N-1) k * alpha: a ring reduce-scatter or all-gather of S bytes in k buckets; together
 2 (N-1)/N * S, DDP's all-reduce (a ring all-reduce is a reduce-scatter, then an all-gather). ZeRO-1 and ZeRO-2
-send the same bytes and differ in memory (zero_memory). torch's ZeroRedundancyOptimizer under DDP all-reduces,
-then broadcasts each rank's shard: 3 (N-1)/N * S, not modelled here.""",
+send the same bytes and differ in memory (zero_memory): ZeRO-1 as the ZeRO paper runs it (its section 7.2.1).
+Not modelled here, 3 (N-1)/N * S, 1.5 x DDP's: lesson 18's first ZeRO-1 (all-reduce, then all-gather) and torch's
+ZeroRedundancyOptimizer under DDP (all-reduce, then each parameter broadcast by its owner); lesson 18 counts all.""",
     "ZeRO-3": """\
 T_ZeRO-3(N) = compute         (B * C / F + N * 3S / mu) / min(N, U)  as DDP: B/N samples per rank
             + python          M * o
@@ -47,11 +49,12 @@ T_ZeRO-3(N) = compute         (B * C / F + N * 3S / mu) / min(N, U)  as DDP: B/N
                                                               reduce-scatter its gradients after it
             + overhead        h + h_ddp
 G as for ZeRO-1: all-gather, all-gather, reduce-scatter = 3 (N-1)/N * S, 1.5 x DDP's all-reduce; k units
-(here the buckets of 25 MiB). FSDP2 (fully_shard) is ZeRO-3; with reshard_after_forward=False it is ZeRO-2.""",
+(here the buckets of 25 MiB). FSDP2 (fully_shard) is ZeRO-3; with reshard_after_forward=False it is not ZeRO-2:
+it shards the parameters too, and keeps each layer's gathered between its forward and its backward.""",
 }
 FORMULAS["ZeRO-2"] = FORMULAS["ZeRO-1"]
 SYMBOLS = """\
-B batch, C FLOPs per sample, forward + backward (6P for an MLP: forward 2, backward 4 per parameter), P parameters,
+B batch, C FLOPs per sample, forward + backward (3 x the forward less the first layer's: costmodel.flops), P parameters,
 S = P * bytes per parameter, M modules, x input + output bytes per sample, F FLOP/s of one device,
 mu its memory bytes/s, U devices that compute at the same time, beta link bytes/s, alpha seconds per transfer,
 o Python seconds per module call (forward + backward), r seconds to replicate one module,
@@ -89,7 +92,7 @@ class Workload:
     params: int
     modules: int
     batch: int
-    flops_per_sample: float = 0.0  # 0: 6 * params, right for MLPs and transformers (per token)
+    flops_per_sample: float = 0.0  # 0: 6 * params, an upper bound for a stack of Linear layers (costmodel.flops)
     bytes_per_param: int = 4
     sample_bytes: int = 0
 
@@ -101,9 +104,12 @@ class Workload:
 
     @classmethod
     def of(cls, module: nn.Module, batch: int, sample_bytes: int = 0) -> "Workload":
+        """``module``'s workload, its FLOPs per sample counted by torch (``flops.counted``; an MLP's input is its
+        first Linear's features)."""
         params = list(module.parameters())
         size = params[0].element_size() if params else 4
-        return cls(sum(p.numel() for p in params), len(list(module.modules())), batch, 0.0, size, sample_bytes)
+        per_sample = flops.counted(module, (1, flops.first_linear_features(module)))
+        return cls(sum(p.numel() for p in params), len(list(module.modules())), batch, per_sample, size, sample_bytes)
 
     @property
     def flops(self) -> float:

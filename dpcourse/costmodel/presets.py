@@ -15,8 +15,9 @@ _OVERHEADS = ("o, r, h, h_dp, h_ddp and the per-transfer latency alpha: assumed 
 _SOURCES = {
     "laptop CPU": "every term fitted by calibrate() on one core of this course's 2-core VM, then rounded",
     "one GPU": f"{_GPU}; beta = 500 GB/s: assumed, a copy within one GPU's memory; {_OVERHEADS}",
-    "8 GPUs, PCIe": (f"{_GPU}; beta = 12 GB/s: assumed achievable, about 3/4 of PCIe 3.0 x16's 15.75 GB/s per "
-                     f"direction (PCI-SIG PCIe 3.0: 8 GT/s per lane, 128b/130b encoding); {_OVERHEADS}"),
+    "8 GPUs, PCIe": (f"{_GPU}; beta = 25 GB/s: assumed achievable, about 4/5 of the 31.5 GB/s per direction of "
+                     f"the A100's PCIe 4.0 x16 link (the datasheet's 'PCIe Gen4: 64GB/s' counts both directions; "
+                     f"PCI-SIG PCIe 4.0: 16 GT/s per lane, 128b/130b encoding); {_OVERHEADS}"),
     "8 GPUs, NVLink": (f"{_GPU}; beta = 150 GB/s: assumed achievable by NCCL, half of the 300 GB/s per "
                        f"direction that the A100 datasheet's 600 GB/s NVLink total gives; {_OVERHEADS}"),
 }
@@ -34,7 +35,7 @@ def _preset(name: str, flops: float, memory: float, units: int, link: float, lat
 PRESETS = {
     "laptop CPU": _preset("laptop CPU", 9e10, 2.5e10, 1, 4e9, 2e-6, pipelined=False),
     "one GPU": _preset("one GPU", 1.5e13, 1.5e12, 1, 5e11, 1e-5, pipelined=False),
-    "8 GPUs, PCIe": _preset("8 GPUs, PCIe", 1.5e13, 1.5e12, 8, 1.2e10, 1.5e-5, pipelined=True),
+    "8 GPUs, PCIe": _preset("8 GPUs, PCIe", 1.5e13, 1.5e12, 8, 2.5e10, 1.5e-5, pipelined=True),
     "8 GPUs, NVLink": _preset("8 GPUs, NVLink", 1.5e13, 1.5e12, 8, 1.5e11, 8e-6, pipelined=True),
 }
 
@@ -59,8 +60,10 @@ def resnet50_layers(image: int = 224) -> list[tuple[int, int, int, int]]:
 
 
 def resnet50_flops(image: int = 224) -> float:
-    """ResNet-50's FLOPs per image, forward + backward: 3 x the forward's 2 * k^2 * C_in * C_out * side^2."""
-    return 3 * sum(2 * k * k * c_in * c_out * side * side for k, c_in, c_out, side in resnet50_layers(image))
+    """ResNet-50's FLOPs per image, forward + backward: each layer's forward is 2 * k^2 * C_in * C_out * side^2,
+    a step 3 times the forward less the stem's, whose input, the image, needs no gradient (``flops``)."""
+    forward = [2 * k * k * c_in * c_out * side * side for k, c_in, c_out, side in resnet50_layers(image)]
+    return 3 * sum(forward) - forward[0]
 
 
 def resnet50_params() -> int:
@@ -81,7 +84,7 @@ def resnet50_modules() -> int:
     return 2 * convolutions + 2 * blocks + stages + stages + 4 + 1
 
 
-# ResNet-50 on ImageNet (224 x 224 images); C counted as the package docstring says.
+# ResNet-50 on ImageNet (224 x 224 images); C counted as the package docstring says (``flops``).
 EXAMPLE = Workload(params=resnet50_params(), modules=resnet50_modules(), batch=256, flops_per_sample=resnet50_flops(),
                    sample_bytes=3 * 224 * 224 * 4)
 

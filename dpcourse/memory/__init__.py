@@ -5,9 +5,10 @@
     print(memory.predict(setup))     # bytes per device and category, from formulas (calculator.py)
     print(memory.measure(setup))     # the same, counted on the tensors torch really holds (measure.py)
 
-``kind`` may also be a ZeRO stage, ``"ZeRO-1"``, ``"ZeRO-2"`` or ``"ZeRO-3"`` on ``devices`` ranks: ``predict`` then
-uses the formulas of ``sharding``, and ``dpcourse.sharded.memory.measure_sharded`` counts what torch's own
-implementations (``ZeroRedundancyOptimizer``, FSDP2's ``fully_shard``) hold on each rank.
+``kind`` may also be a ZeRO stage, ``"ZeRO-1"``, ``"ZeRO-2"`` or ``"ZeRO-3"``, or ``"FSDP2, no reshard"``
+(``FSDP2_NO_RESHARD``: ``fully_shard`` with ``reshard_after_forward=False``, which is not ZeRO-2), on ``devices``
+ranks: ``predict`` then uses the formulas of ``sharding``, and ``dpcourse.sharded.memory.measure_sharded`` counts
+what torch's own implementations (``ZeroRedundancyOptimizer``, FSDP2's ``fully_shard``) hold on each rank.
 
 The categories (``CATEGORIES``): parameters, gradients, optimizer state, activations, outputs and loss, DDP's
 all-reduce buckets. ``accounting`` says what each one is and how it is counted; ``profile_step`` asks torch's
@@ -22,6 +23,7 @@ from .calculator import chunk_sizes, optimizer_state_bytes, predict
 from .measure import CountingDataParallel, copies_and_gradients, measure
 from .peak import ProfiledStep, cuda_peaks, profile_step
 from .setup import (
+    FSDP2_NO_RESHARD,
     OPTIMIZERS,
     SHARDED,
     Setup,
@@ -35,6 +37,7 @@ from .setup import (
 
 __all__ = [
     "CATEGORIES",
+    "FSDP2_NO_RESHARD",
     "KINDS",
     "MIB",
     "OPTIMIZERS",

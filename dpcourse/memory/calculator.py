@@ -13,8 +13,9 @@ things on real tensors, and the tests hold the two within 10% of each other. Wit
                         whole batch's, on device 0
     all-reduce buckets  DDP: P, or none with gradient_as_bucket_view=True (the gradients live in them)
 
-The ZeRO stages (``kind="ZeRO-1" | "ZeRO-2" | "ZeRO-3"``) shard parameters, gradients and optimizer state over
-the ranks: ``dpcourse.memory.sharding`` has their formulas; activations, outputs and loss are DDP's.
+The ZeRO stages (``kind="ZeRO-1" | "ZeRO-2" | "ZeRO-3"``) and FSDP2 without resharding (``"FSDP2, no reshard"``)
+shard optimizer state, gradients and parameters over the ranks: ``dpcourse.memory.sharding`` has their formulas;
+activations, outputs and loss are DDP's.
 
 DataParallel cuts the batch as ``torch.chunk`` does (``torch/nn/parallel/scatter_gather.py``), so with fewer
 chunks than devices the last devices hold nothing. DDP ranks each get ceil(batch / ranks) samples, as

@@ -9,15 +9,17 @@ Both must agree, so everything either of them needs lives here.
 import dataclasses
 import itertools
 from collections.abc import Iterable
+from typing import ClassVar
 
 import torch
 
 from ..examples.model import MLP
+from ..training_setup import FSDP2_NO_RESHARD, whole
+from ..training_setup import KINDS as COURSE_KINDS
 from ..training_setup import Setup as TrainingSetup
-from ..training_setup import whole
 
-RANKS = ("DDP", "ZeRO-1", "ZeRO-2", "ZeRO-3")  # the kinds that run one process per device
-SHARDED = ("ZeRO-1", "ZeRO-2", "ZeRO-3")
+RANKS = ("DDP", "ZeRO-1", "ZeRO-2", "ZeRO-3", FSDP2_NO_RESHARD)  # the kinds that run one process per device
+SHARDED = ("ZeRO-1", "ZeRO-2", "ZeRO-3", FSDP2_NO_RESHARD)
 OPTIMIZERS = ("SGD", "SGD with momentum", "Adam")
 FLOAT = 4  # bytes per float32 value: parameters, activations and optimizer state are all float32 here
 LABEL = 8  # bytes per class label: cross_entropy's targets are int64
@@ -77,12 +79,15 @@ class Setup(TrainingSetup):
     """One training step: ``model`` on ``devices`` devices (``kind``), ``batch`` samples in all, ``optimizer``.
 
     ``kind`` is ``"one device"``, ``"DataParallel"`` (one process, replicas on ``devices`` devices), ``"DDP"``
-    (``devices`` processes) or a ZeRO stage on ``devices`` ranks: ``"ZeRO-1"`` (optimizer state sharded),
-    ``"ZeRO-2"`` (and gradients), ``"ZeRO-3"`` (and parameters). ``model`` is an MLP of Linear layers and ReLUs
-    (``sized_mlp``), by default the lesson's. ``bucket_view`` is DDP's ``gradient_as_bucket_view`` (DDP and
+    (``devices`` processes), a ZeRO stage on ``devices`` ranks: ``"ZeRO-1"`` (optimizer state sharded),
+    ``"ZeRO-2"`` (and gradients), ``"ZeRO-3"`` (and parameters), or ``"FSDP2, no reshard"`` (``FSDP2_NO_RESHARD``:
+    ``fully_shard(..., reshard_after_forward=False)``, which is not ZeRO-2). ``model`` is an MLP of Linear layers
+    and ReLUs (``sized_mlp``), by default the lesson's. ``bucket_view`` is DDP's ``gradient_as_bucket_view`` (DDP and
     ZeRO-1, which runs under DDP): the gradients then live in DDP's all-reduce buckets instead of beside them.
     Every field is checked: a bad one raises ``ValueError`` naming it.
     """
+
+    KINDS: ClassVar[tuple[str, ...]] = (*COURSE_KINDS, FSDP2_NO_RESHARD)
 
     model: MLP = sized_mlp()
     optimizer: str = "Adam"

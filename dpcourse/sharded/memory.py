@@ -3,7 +3,7 @@
     stage    what runs on each rank
     DDP      ``DistributedDataParallel`` and the optimizer (the baseline: nothing sharded)
     ZeRO-1   ``DistributedDataParallel`` and ``torch.distributed.optim.ZeroRedundancyOptimizer``
-    ZeRO-2   ``fully_shard(layer, reshard_after_forward=False)`` on every Linear and the model (FSDP2)
+    FSDP2, no reshard  ``fully_shard(layer, reshard_after_forward=False)`` on every Linear and the model
     ZeRO-3   ``fully_shard(layer, reshard_after_forward=True)`` on every Linear and the model (FSDP2)
 
 FSDP2 replaces each parameter by a ``DTensor`` whose local shard is this rank's piece, all-gathers a layer's full
@@ -35,12 +35,13 @@ from dpcourse.examples import loss_fn
 from dpcourse.memory.accounting import Breakdown, SavedTensors, device_bytes, state_tensors, storage_bytes
 from dpcourse.memory.setup import Setup, make_optimizer, optimizer_class
 from dpcourse.ranks.launcher import device, launch
-from dpcourse.training_setup import KINDS as COURSE_KINDS
+from dpcourse.training_setup import FSDP2_NO_RESHARD
 
 from . import fsdp2
 
-# The kinds of training_setup.KINDS that start ranks: all but the two that run in this one process.
-KINDS = tuple(kind for kind in COURSE_KINDS if kind not in ("one device", "DataParallel"))
+# The kinds that start ranks and are counted here. The paper's ZeRO-2 is not among them (torch has no
+# implementation of it); FSDP2 without resharding is (``training_setup.FSDP2_NO_RESHARD``).
+KINDS = ("DDP", "ZeRO-1", FSDP2_NO_RESHARD, "ZeRO-3")
 
 
 class Watched:

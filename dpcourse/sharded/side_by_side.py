@@ -1,25 +1,26 @@
-"""DP, DDP and the three ZeRO stages side by side: bytes per rank, measured on the course's model, predicted at scale.
+"""DP, DDP, ZeRO-1, FSDP2 without resharding and ZeRO-3 side by side: bytes per rank, measured on the course's
+model, predicted at scale.
 
 Measured with the course's two counters: ``memory.measure`` for DataParallel (one process, lesson 15) and
 ``sharded.memory.measure_sharded`` for the rest (one start of the ranks), where ZeRO-1 is DDP with torch's
-``ZeroRedundancyOptimizer`` and ZeRO-2 and ZeRO-3 are FSDP2 (``fully_shard``) with ``reshard_after_forward``
-False and True. Predicted with ``memory.predict``, whose formulas are in ``memory.calculator`` and
-``memory.sharding``.
+``ZeroRedundancyOptimizer`` and the last two are FSDP2 (``fully_shard``) with ``reshard_after_forward`` False and
+True (the first is no ZeRO stage: ``training_setup.FSDP2_NO_RESHARD``). Predicted with ``memory.predict``, whose
+formulas are in ``memory.calculator`` and ``memory.sharding``.
 """
 
-from .. import training_setup
 from ..examples.model import MLP
 from ..memory import Setup, measure, predict, sized_mlp
 from ..memory.accounting import Breakdown
 from ..ranks.training import WIDTHS
+from ..training_setup import FSDP2_NO_RESHARD
 from . import memory as sharded_memory
 
-KINDS = tuple(kind for kind in training_setup.KINDS if kind != "one device")  # every kind that splits a step
+KINDS = ("DataParallel", "DDP", "ZeRO-1", FSDP2_NO_RESHARD, "ZeRO-3")  # the kinds that split a step and run
 LABELS = {
     "DataParallel": "DP (one process)",
     "DDP": "DDP",
     "ZeRO-1": "ZeRO-1: DDP + ZeroRedundancyOptimizer",
-    "ZeRO-2": "ZeRO-2: FSDP2, reshard_after_forward=False",
+    FSDP2_NO_RESHARD: "FSDP2, reshard_after_forward=False",
     "ZeRO-3": "ZeRO-3: FSDP2, reshard_after_forward=True",
 }
 SHOWN = ("parameters", "gradients", "optimizer state")

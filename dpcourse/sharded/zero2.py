@@ -4,10 +4,12 @@ ZeRO-1 (lesson 18) all-reduces the whole gradient, so every rank holds all of it
 its optimizer updates. ZeRO-2 asks the ranks for that shard alone: a **reduce-scatter** gives rank ``r`` the sum
 of piece ``r`` and nothing else. ``Zero2`` does it as DDP does its all-reduce (lesson 10's ``GradientBuckets``):
 
-1. Group the parameters into buckets, DDP's way (``bucket_indices``, lesson 10's ``ddp/implementations/reducer.py``):
-   in ``parameters()`` order, a bucket closes once it holds ``bucket_bytes``, and the list is reversed, since
-   backward produces the last layers' gradients first. Each bucket is one flat vector; rank ``r`` owns lesson 18's
-   ``shard_range`` of it.
+1. Group the parameters into buckets, the course's choice (``bucket_indices``, lesson 10's
+   ``ddp/implementations/reducer.py``): in ``parameters()`` order, a bucket closes once it holds at least
+   ``bucket_bytes``, and the list is reversed, since backward produces the last layers' gradients first. That is
+   DDP's layout under ``find_unused_parameters=True``; with its defaults DDP starts with one bucket and rebuilds them
+   after the first step in the order the gradients arrived (``ddp_buckets`` reads both from a comm hook). Each
+   bucket is one flat vector; rank ``r`` owns lesson 18's ``shard_range`` of it.
 2. Put a hook on every parameter (``register_post_accumulate_grad_hook``: it runs once ``.grad`` holds this
    backward's gradient). The hook copies the gradient into its bucket's flat buffer, padded to ``n`` pieces of
    one size, and sets ``.grad`` to ``None``. When a bucket's last gradient is in, the buffer is divided by ``n``

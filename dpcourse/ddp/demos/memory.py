@@ -2,7 +2,10 @@
 
 Every rank holds the whole model, its gradients, the optimizer state and DDP's all-reduce buckets (flat buffers
 the size of all gradients, ``torch/csrc/distributed/c10d/reducer.cpp``), and the activations and outputs of its
-own shard of the batch. DDP reports its buckets' sizes itself (``_get_ddp_logging_data()["bucket_sizes"]``).
+own shard of the batch. DDP reports its buckets' sizes itself (``_get_ddp_logging_data()["bucket_sizes"]``): the
+buckets built at construction, one for every gradient under the defaults. After the first step the reducer rebuilds
+them in the order the gradients arrived, which that report does not follow (``sharded.ddp_buckets`` reads the real
+ones from a comm hook); every gradient is in exactly one bucket either way, so their bytes in all are the same.
 With ``gradient_as_bucket_view=True`` the gradients are views into the buckets, so the two share their memory.
 On a GPU each rank also reports ``torch.cuda.max_memory_allocated`` over the counted step, less the memory that
 is not the step's (cuBLAS workspaces), as ``dpcourse.memory.cuda_peaks`` does.
@@ -23,7 +26,11 @@ from ..per_rank import shard, wrap
 
 
 def bucket_bytes(ddp_model: torch.nn.Module) -> int:
-    """The bytes of DDP's all-reduce buckets, as DDP's own logging data reports them."""
+    """The bytes of DDP's all-reduce buckets in all, as DDP's own logging data reports them.
+
+    That report lists the buckets built at construction, not those the reducer rebuilds after the first step
+    (module docstring); the total, every gradient once, is the same for both.
+    """
     return sum(int(size) for size in re.findall(r"\d+", str(ddp_model._get_ddp_logging_data()["bucket_sizes"])))
 
 

@@ -45,7 +45,7 @@ class TwoHeads(nn.Module):
 
 
 @contextlib.contextmanager
-def _stderr_to(path: str) -> Iterator[None]:
+def stderr_to(path: str) -> Iterator[None]:
     """Send this process's file descriptor 2 to ``path``: torch's C++ warnings are written there, not to Python."""
     saved = os.dup(2)
     with open(path, "w") as target:
@@ -98,7 +98,7 @@ def _unused(timing_steps: int) -> dict:
     static_error = _steps(wrap(TwoHeads(), here, static_graph=True), 3)
     nothing_unused = wrap(make_model(), here, find_unused_parameters=True)
     with tempfile.NamedTemporaryFile(suffix=".log") as log:
-        with _stderr_to(log.name):
+        with stderr_to(log.name):
             _steps(nothing_unused, 2)
         warning = Path(log.name).read_text()
     timing = _seconds_per_step(timing_steps)

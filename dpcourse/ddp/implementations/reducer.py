@@ -6,9 +6,10 @@ The real one is C++, ``Reducer`` in ``torch/csrc/distributed/c10d/reducer.cpp``;
 1. At construction, broadcast rank 0's parameters and buffers, so every rank starts equal.
 2. Group the parameters into buckets (``bucket_indices``): in ``parameters()`` order, closing a bucket once it
    holds at least ``bucket_bytes`` (DDP: 25 MiB, but 1 MiB for the first, ``_compute_bucket_assignment_by_size``),
-   then *reverse* the list of buckets, because backward produces the last layers' gradients first. (DDP
-   itself starts with this layout and, after the first backward, rebuilds the buckets in the order the
-   gradients really arrived: ``Reducer::rebuild_buckets``.)
+   then *reverse* the list of buckets, because backward produces the last layers' gradients first. That is
+   DDP's layout with ``find_unused_parameters=True``. With its defaults DDP starts with one bucket for every
+   parameter (``torch/nn/parallel/distributed.py:153-154``) and, after the first backward, rebuilds the buckets
+   in the order the gradients really arrived (``Reducer::rebuild_buckets``; lesson 19 measures both).
 3. Put a hook on every parameter (``register_post_accumulate_grad_hook``: it runs once ``.grad`` holds
    this backward's gradient). When the last gradient of a bucket arrives, flatten the bucket, divide by
    the world size, and start ``all_reduce(SUM)`` with ``async_op=True``: it returns at once and the
@@ -34,9 +35,10 @@ from ..per_rank import shard, wrap
 
 
 def bucket_indices(sizes: Sequence[int], bucket_size: int) -> list[list[int]]:
-    """The parameters' indices grouped into buckets, DDP's rule (step 2 above): in order, a bucket closes once it
-    holds at least ``bucket_size``; then the buckets are reversed, as ``DistributedDataParallel._ddp_init_helper``
-    does with what ``dist._compute_bucket_assignment_by_size`` returns (``torch/nn/parallel/distributed.py``).
+    """The parameters' indices grouped into buckets by step 2 above, DDP's rule with ``find_unused_parameters=True``:
+    in order, a bucket closes once it holds at least ``bucket_size``; then the buckets are reversed, as
+    ``DistributedDataParallel._ddp_init_helper`` does with what ``dist._compute_bucket_assignment_by_size`` returns
+    (``torch/nn/parallel/distributed.py``).
 
     ``sizes`` and ``bucket_size`` in one unit: bytes for ``GradientBuckets``, as DDP counts; numbers of values for
     ``sharded.zero2``, whose buckets are flat vectors of one dtype."""

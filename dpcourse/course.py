@@ -57,7 +57,7 @@ class Lesson:
 
 
 LESSONS: tuple[Lesson, ...] = (
-    Lesson("00_start_here", "Start here: what DataParallel does, and how this course works", exercises=False),
+    Lesson("00_start_here", "Start here: what DataParallel does, and how this course works"),
     Lesson("01_one_device", "One device: the training step we will parallelise"),
     Lesson("02_scatter", "Scatter: splitting the batch"),
     Lesson("03_replicate", "Replicate: one copy of the model per device, every step"),

@@ -54,7 +54,7 @@ from nbclient import NotebookClient
 
 from dpcourse import course
 from dpcourse.open import kernel_metadata
-from dpcourse.ui.controls import NEEDS_KERNEL, RUN_THIS_CELL
+from dpcourse.ui.controls import KERNEL_GONE, NEEDS_KERNEL, RUN_THIS_CELL
 
 HERE = Path(__file__).parent
 LESSON_ENVIRONMENT = runpy.run_path(str(HERE / "conftest.py"))["LESSON_ENVIRONMENT"]  # CPU devices
@@ -121,16 +121,18 @@ def add_classroom_metadata(notebook: nbformat.NotebookNode, edition: str = "inst
 def nbgrader_metadata(cell: nbformat.NotebookNode) -> dict | None:
     """nbgrader's metadata for a code cell (schema 3), so that its whole pipeline runs on the course as it is.
 
-    A ``solution`` cell is the learner's to write; a cell that calls ``exercises.check("name", ...)`` is an
-    autograded test worth one point, locked (under nbgrader a check that did not pass raises, see
-    ``dpcourse.exercises.check``). Grade ids come from what the cell defines or checks, so they stay the same when
+    A ``solution`` cell with ``### BEGIN SOLUTION`` markers is the learner's to write; one without (a worked example)
+    is not nbgrader's: nbgrader would replace the whole of it with a stub, and the cells after it could not run
+    (tests/test_student_edition_no_answers.py holds that no lesson has one). A cell that calls
+    ``exercises.check("name", ...)`` is an autograded test worth one point, locked (under nbgrader a check that did
+    not pass raises, see ``dpcourse.exercises.check``). Grade ids come from what the cell defines or checks, so they stay the same when
     cells are added around it.
     """
     checked = CHECK_CALL.findall(cell.source)
     if checked:
         return {"grade": True, "grade_id": f"check-{'-'.join(checked)}", "locked": True, "points": len(checked),
                 "schema_version": 3, "solution": False, "task": False}
-    if SOLUTION_TAG in cell.metadata.get("tags", []):
+    if SOLUTION_TAG in cell.metadata.get("tags", []) and SOLUTION.search(cell.source):
         defined = DEFINES.findall(cell.source) or ["answer"]
         return {"grade": False, "grade_id": f"solution-{'-'.join(defined)}", "locked": False,
                 "schema_version": 3, "solution": True, "task": False}
@@ -235,12 +237,15 @@ def _with_the_models_they_refer_to(state: dict, models: list) -> set[str]:
 def say_what_needs_a_kernel(notebook: nbformat.NotebookNode) -> None:
     """In the saved widget state, which JupyterLab shows before a cell runs, every quiz's feedback line and every
     explorer's message line (class ``NEEDS_KERNEL``) asks the learner to run the cell: its buttons and sliders do
-    nothing without the kernel. Once the cell runs, the live widget's own (empty) value replaces it."""
+    nothing without the kernel. Once the cell runs, the live widget's own (empty) value replaces it. The line that
+    says a running widget's kernel has gone (class ``KERNEL_GONE``) is blank there: that sentence already says it."""
     state = notebook.metadata.get("widgets", {}).get(WIDGET_STATE, {}).get("state", {})
     for model in state.values():
         values = model.get("state", {})
         if NEEDS_KERNEL in values.get("_dom_classes", []) and not values.get("value"):
             values["value"] = RUN_THIS_CELL
+        if KERNEL_GONE in values.get("_dom_classes", []):
+            values["value"] = ""
 
 
 def with_numbered_widget_ids(text: str) -> str:

@@ -2,7 +2,7 @@
 
 ``tests/test_predictions_hidden.py`` checks that no stored output shows a clue before its quiz is answered, and
 ``tests/browser/test_answers_hidden.py`` that none is visible in JupyterLab; both read ``CLUES`` and the helpers
-here that find a lesson's questions and a cell's text.
+here that find a lesson's questions and a cell's text. The clues themselves live in the quiz files (``clues``).
 """
 
 import functools
@@ -12,91 +12,23 @@ from pathlib import Path
 import jupytext
 import nbformat
 
-from dpcourse.quiz import load_lesson
+from dpcourse.quiz import find_question, load_lesson
+from dpcourse.quiz.lessons import LESSONS
 
 NOTEBOOKS = Path(__file__).parents[1] / "notebooks"
 ASK = re.compile(r"""quiz\.ask\(\s*["']([\w.-]+)["']""")
 ASK_LESSON = re.compile(r"""quiz\.ask_lesson\(\s*["'](\w+)["']""")
 REVEAL = re.compile(r"quiz\.reveal\(([^)]*)\)")
 
-# Question id -> text of the outputs that give its answer away. () when no output of the lessons that ask it
-# does: its answer shows only in the quiz's own explanation and experiment, which appear after an answer.
-CLUES: dict[str, tuple[str, ...]] = {
-    "00-four-steps": ("scatter → replicate → forward", "self.scatter(inputs, kwargs"),
-    "00-laptop-passthrough": ("torch.nn.DataParallel device_ids: []",),
-    "01-one-device-counter": (),
-    "01-one-device-scalar": (),
-    "02-ten-rows-four-devices": ("chunk shapes: [[3, 8], [3, 8], [3, 8], [1, 8]]",),
-    "02-six-rows-four-devices": ("6 rows on 4 devices -> chunks [2, 2, 2]",),
-    "02-mismatched-batches": ("3 entries: [[[3, 2], [1, 2]]",),
-    "02-lstm-hidden-state": ("h0 chunks on 2 devices: [[1, 4, 2], [1, 4, 2]]",),
-    "02-keyword-missing-argument": ("replica 3: args [[2, 2]], kwargs []",),
-    "03-parameters-empty": ("replica.parameters(): []",),
-    "03-replica-zero-shares": ("replica 0: weight shares memory True",),
-    "03-counter-lost": ("with 2 devices: calls = 0",),
-    "03-list-shared": ("seen = [4, 4, 8]",),
-    "04-threads": ("replica 0 ran [4, 8] in replica-0",),
-    "04-hook-count": ("hook calls in one forward: 4",),
-    "04-error-message": ("Caught ValueError in replica 1 on device",),
-    "05-gather-concatenates": ("equal to torch.cat of the per-chunk outputs: True",),
-    "05-packed-lstm": (),  # lesson 07 runs the fix; lesson 05 only asks
-    "05-scalar-loss-shape": ("6 rows on 4 devices: chunks [2, 2, 2] -> shape [3]",),
-    "06-gradients-summed": ("| the mean would be",),
-    "06-mean-loss-matches": ("batch 10, chunks [3, 3, 3, 1]: max |grad difference| vs the oracle",),
-    "06-sum-of-replica-losses": ("every grad = 2.0000 x the one-device grad",),
-    "07-state-dict-keys": ("dp.state_dict() keys: ['module.",),
-    "07-placement": ("forward: module must have its parameters and buffers on device",),
-    "07-plain-tensor-stays": ("plain tensor attribute: cpu",),
-    "07-lone-sample-weight": ("'1/12', '1/4']",),
-    "07-batchnorm-last-chunk": ("Expected more than 1 value per channel when training",),
-    "08-not-model-parallel": ("replica-0: weight [16, 8], 4 of the 12 rows",),
-    "08-padding-fine": ("2 devices: [4, 40, 10] -> [4, 40, 20], equal to one device: True",),
-    "08-batchnorm-running-mean": ("| on 2 devices: 0.0",),
-    "08-custom-parameter": ("MyCustomLayer: gradients equal the one-device oracle's: True",),
-    "09-replicate-each-forward": ("2 devices: replicate copied 1,051,648 bytes",),
-    "09-replicate-bytes": ("4 devices: replicate copied 3,154,944 bytes = 3 x",),
-    "09-modules-per-forward": ("204 new module objects",),
-    "10-ddp-averages": ("DDP = mean of ranks",),
-    "10-unequal-shards": ("shard sizes [5, 3]",),
-    "11-review-nine-rows-scalar": (),
-    "11-review-buffer-counter": (),
-    "11-review-five-rows-output": ("gather:         output [10, 4]",),
-    "13-reduce-others": ("(not defined: only dst receives the result)",),
-    "13-send-first": ("rank 1 received 0, from rank 0",),
-    "13-ring-bytes": ("4 ranks, ring                   7,200 (1.50 S)",),
-    "14-divide-by-steps": ("3.0000 x one device's",),
-    "14-dp-reduce-adds": ("micro-step 3: {'replicate': 1, 'reduce-add': 1}",),
-    "14-no-sync-allreduces": ("[0, 0, 1] on every rank",),
-    "14-forward-outside": ("[1, 1, 1] on every rank",),
-    "14-last-partial": ("micro-batch 3 (chunks [2]): 1/6",),
-    "16-plain-thread": ("('plain-thread', torch.float32)",),
-    "16-enabled-only": ("{'cpu': torch.bfloat16, 'cuda': torch.float16}",),
-    "16-overflow-skip": ("inf or NaN found True , weights changed False",),
-    "15-adam-state": ("x the parameters",),
-    "15-dp-most-memory": ("device 0 holds beyond device 1:",),
-    "15-ddp-rank-memory": ("measured: DDP on 2, batch 256, Adam",),
-    "16-compression-error": ("bf16, dpcourse's copy",),
-    "17-no-sampler": ("no sampler       per epoch: [24, 24] samples trained",),
-    "17-set-epoch": ("every epoch repeats epoch 0: True",),
-    "17-uneven-no-join": ("Timed out waiting",),
-    "17-unused-parameter": ("Expected to have finished reduction in the prior iteration",),
-    "17-global-variance": ("'variance': 2.0",),
-    # Part III (lessons 18-21): one clue each, from the outputs of their reveals as first built.
-    "18-ddp-state-copies": ("bytes per rank, 2 copies",),
-    "18-unpadded-all-gather": ("invalid tensor size at index 3",),
-    "18-sum-not-mean": ("the weights differ from one-device Adam's: True",),
-    "19-reduce-scatter-when": ("predicted: [3, 1, 0] | measured the same on every rank",),
-    "19-gradient-bytes": ("ZeRO-2    2,300 |",),
-    "19-wire-bytes": ("ZeRO-2  2,640, 2,640, 2,640, 2,640",),
-    "20-after-forward": ("after the forward: [0, 0, 0, 0, 0]",),
-    "20-bytes-vs-ddp": ("1.500 x DDP's",),
-    "20-prefetch-peak": ("with prefetch)",),
-    "21-empty-shard": ("(2, 15)   (0, 15)",),
-    "21-reshard-gathers": ("backward: AG AG RS AG RS RS",),
-    "21-mixed-precision": ("weight inside the forward  bfloat16",),
-    "21-load-elsewhere": ("every parameter equals the 3-rank run's after its step 4",),
-    "21-zero-owners": ("rank 0: Adam over ['2.weight']",),
-}
+
+def _clues_by_question() -> dict[str, tuple[str, ...]]:
+    return {question.id: question.clues for lesson in LESSONS for question in load_lesson(lesson)}
+
+
+# Question id -> the texts its quiz file lists as giving its answer away (``clues``): what an output revealing it
+# shows, and phrases of its discussion. Each appears in an output of a lesson that asks the question (its
+# revealing cell, whose output ends with the discussion), never before the quiz is answered.
+CLUES: dict[str, tuple[str, ...]] = _clues_by_question()
 
 
 def asked(code: str) -> list[str]:
@@ -114,12 +46,14 @@ def questions_of(lesson: str) -> tuple[str, ...]:
 
 
 def output_text(output: nbformat.NotebookNode) -> str:
-    """What a learner reads in one output: printed text, a result's plain text, an error and its traceback."""
+    """What a learner reads in one output: printed text, a result's Markdown or plain text, an error and its
+    traceback."""
     if output.output_type == "stream":
         return output.text
     if output.output_type == "error":
         return "\n".join([output.ename, output.evalue, *output.get("traceback", [])])
-    return output.get("data", {}).get("text/plain", "")
+    data = output.get("data", {})
+    return data.get("text/markdown", data.get("text/plain", ""))
 
 
 def cell_text(cell: nbformat.NotebookNode) -> str:
@@ -130,3 +64,109 @@ def cell_text(cell: nbformat.NotebookNode) -> str:
 def revealed(code: str) -> tuple[str, ...]:
     """The question ids a piece of lesson code names in ``quiz.reveal(...)``, in order."""
     return tuple(q for call in REVEAL.findall(code) for q in re.findall(r"""["']([\w.-]+)["']""", call))
+
+
+# What a person reads: Markdown's marks and the line breaks of its source are not on the page.
+_MARKS = re.compile(r"[`*]")
+_SPACE = re.compile(r"\s+")
+_SPELLED_OUT = 3  # a number answer is a clue in every spelling from this many digits on ("204", not "3")
+
+
+def readable(text: str) -> str:
+    """``text`` as a page shows it, for finding a clue in it: without Markdown's `code` and *emphasis* marks,
+    each run of white space one space, lower case."""
+    return _SPACE.sub(" ", _MARKS.sub("", text)).strip().casefold()
+
+
+def number_spellings(value: float) -> tuple[str, ...]:
+    """How a page might print the number answer ``value``: ``789504`` and ``789,504``; ``0.25`` and ``1/4``.
+    A number with fewer than three digits is no clue by itself ("3" is in every other sentence): its quiz lists
+    the phrases that would give it away instead (``clues``)."""
+    spellings = {f"{value:g}", f"{value:,.0f}"} if value == int(value) else {f"{value:g}"}
+    if value and value != int(value) and (1 / value) == int(1 / value):
+        spellings.add(f"1/{int(1 / value)}")
+    return tuple(sorted(s for s in spellings if sum(c.isdigit() for c in s) >= _SPELLED_OUT))
+
+
+@functools.cache
+def clues_of(question_id: str) -> tuple[str, ...]:
+    """Everything that gives ``question_id``'s answer away, as ``readable`` text: the keyed option's text, a
+    number answer (``number_spellings``), and the phrases its quiz file lists (``clues``)."""
+    question = find_question(question_id)
+    clues = list(question.clues)
+    if question.kind == "choice":
+        clues.append(question.answer)
+    elif question.kind == "number":
+        clues += number_spellings(question.answer)
+    return tuple(dict.fromkeys(readable(clue) for clue in clues))
+
+
+def clue_pattern(clue: str) -> re.Pattern:
+    """``clue`` found in readable text, but not inside a longer number (the clue "204" is not in "1,2048")."""
+    return re.compile(r"(?<![\d.,])" + re.escape(clue) + r"(?![\d])" if clue[-1:].isdigit() and clue[:1].isdigit()
+                      else re.escape(clue))
+
+
+def clues_in(question_id: str, text: str) -> list[str]:
+    """The clues of ``question_id`` that ``text`` (as a page shows it) holds."""
+    page = readable(text)
+    return [clue for clue in clues_of(question_id) if clue_pattern(clue).search(page)]
+
+
+def is_quiz(cell: nbformat.NotebookNode) -> bool:
+    return cell.cell_type == "code" and bool(asked(cell.source))
+
+
+def is_heading(cell: nbformat.NotebookNode) -> bool:
+    return cell.cell_type == "markdown" and cell.source.lstrip().startswith("#")
+
+
+def visible_text(cell: nbformat.NotebookNode) -> str:
+    """What a saved notebook shows of one cell before anything runs: a Markdown cell's text; a code cell's code
+    and its outputs, unless they are collapsed (``jupyter.outputs_hidden``, the instructor edition's revealing
+    cells, which the site shows in a closed ``<details>``). Widgets' text is the browser tests' to read."""
+    if cell.cell_type != "code":
+        return cell.source
+    hidden = cell.metadata.get("jupyter", {}).get("outputs_hidden") is True
+    return cell.source + ("" if hidden else "\n" + cell_text(cell))
+
+
+def after_each_quiz(notebook: nbformat.NotebookNode,
+                    shown: list[dict[str, str]] | None = None) -> list[tuple[str, int, str]]:
+    """(question id, cell index of its quiz, the text shown from the quiz's cell to the next quiz or heading) for
+    every quiz of ``notebook``; the quiz's own output (its options name the answer among others) is left out.
+
+    ``shown`` is what a browser shows of each cell, ``{"input": ..., "output": ...}`` in the notebook's order
+    (``CELL_TEXTS``); without it, what the saved notebook shows (``visible_text``).
+    """
+    def text(index: int) -> str:
+        if shown is None:
+            return visible_text(notebook.cells[index])
+        return shown[index]["input"] + "\n" + shown[index]["output"]
+
+    found = []
+    for index, cell in enumerate(notebook.cells):
+        if not is_quiz(cell):
+            continue
+        parts = [cell.source if shown is None else shown[index]["input"]]
+        for later in range(index + 1, len(notebook.cells)):
+            if is_quiz(notebook.cells[later]) or is_heading(notebook.cells[later]):
+                break
+            parts.append(text(later))
+        found += [(question, index, "\n".join(parts)) for question in asked(cell.source)]
+    return found
+
+
+def giveaways(notebook: nbformat.NotebookNode, shown: list[dict[str, str]] | None = None) -> list[str]:
+    """Each clue shown between a quiz and the next quiz or heading, with where (``after_each_quiz``)."""
+    return [f"cell {index}, after quiz {question}: {clue!r}"
+            for question, index, text in after_each_quiz(notebook, shown) for clue in clues_in(question, text)]
+
+
+# What a browser shows of each cell of a page, in order: the text of its input (code, or rendered Markdown) and of
+# its outputs. innerText leaves out what is not rendered: display: none (a hidden result), a closed <details>.
+# Define CELLS first, the cells' elements in the notebook's order.
+CELL_TEXTS = """
+const part = (cell, selector) => { const node = cell.querySelector(selector); return node ? node.innerText : ''; };
+return CELLS.map(cell => ({input: part(cell, '.jp-Cell-inputWrapper'), output: part(cell, '.jp-Cell-outputWrapper')}));
+"""

@@ -529,11 +529,13 @@ def _bytes(parameters) -> int:
 # Part III's exercises run on ranks, so their planted mistakes live beside their lessons' other tests (where the
 # ranks can import them by name), each checked for the message it gets: tests/test_zero1.py and the others.
 PART_III_TESTS = ("tests.test_zero1", "tests.test_zero2", "tests.test_zero3", "tests.test_fsdp2")
+# The end-of-lesson exercises' planted mistakes come with the words their messages must hold.
+END_OF_LESSON_TESTS = ("tests.test_end_of_lesson_exercises",)
 
 
 def test_every_exercise_has_three_or_more_planted_wrong_answers() -> None:
     planted = {name: list(mistakes) for name, mistakes in WRONG.items()}
-    for module in PART_III_TESTS:  # imported here: they import this module's helpers when collected
+    for module in PART_III_TESTS + END_OF_LESSON_TESTS:  # imported here: Part III's import this module when collected
         planted.update({name: list(mistakes) for name, mistakes in importlib.import_module(module).MISTAKES.items()})
     assert set(planted) == set(NAMES), f"without planted mistakes: {sorted(set(NAMES) - set(planted))}"
     few = {name: len(planted[name]) for name in NAMES if len(planted[name]) < 3}

@@ -1,18 +1,23 @@
 """nbgrader's whole pipeline on the course as it is: generate_assignment, then autograde a correct and a wrong
-submission of lessons 02 (exercises) and 12 (the capstone), with no extra flags (docs/instructor.md)."""
+submission of lessons 02 (exercises) and 12 (the capstone), with no extra flags (docs/instructor.md); and a release
+that stubs only what lies between the solution markers (lesson 06 once had a worked answer without them, which
+nbgrader replaced whole, so that the cell under it could not pass)."""
 
 import os
 import re
+import runpy
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
+import jupytext
 import nbformat
 import pytest
 
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
 LESSONS = ("02_scatter", "12_capstone")
+BEGIN, NBGRADER_STUB = "### BEGIN SOLUTION", "raise NotImplementedError()"
 WRONG_CHUNK_SIZES = "    return [batch // n] * n  # plausible, wrong: drops the remainder\n"
 
 
@@ -68,3 +73,24 @@ def test_nbgrader_releases_and_autogrades_the_lessons_with_no_extra_flags(tmp_pa
     (error,) = [o for o in check.outputs if o.output_type == "error"]
     assert error.ename == "AssertionError" and "chunk_sizes: " in error.evalue
     assert "case 1 (" in error.evalue and ": failed\n" in error.evalue and "hint: " in error.evalue
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("lesson", ["06_backward"])
+def test_a_release_stubs_only_what_lies_between_the_markers(tmp_path, lesson):
+    """The release is made from the lesson's source with the build's metadata, as the instructor edition carries it
+    (no outputs needed), so that it holds whatever the source holds now."""
+    build = runpy.run_path(str(NOTEBOOKS / "build.py"))
+    notebook = jupytext.read(NOTEBOOKS / "src" / f"{lesson}.py", fmt="py:percent")
+    build["add_classroom_metadata"](notebook)
+    source = tmp_path / "source" / "dp"
+    source.mkdir(parents=True)
+    nbformat.write(notebook, source / f"{lesson}.ipynb")
+    _nbgrader(tmp_path, "generate_assignment", "dp")
+    released = nbformat.read(tmp_path / "release" / "dp" / f"{lesson}.ipynb", as_version=4)
+    pairs = [(mine, theirs) for mine, theirs in zip(notebook.cells, released.cells, strict=True)
+             if mine.cell_type == "code"]
+    stubbed = [theirs.source for mine, theirs in pairs if BEGIN not in mine.source and theirs.source != mine.source]
+    assert not stubbed, f"nbgrader changed cells that have no solution markers:\n{stubbed}"
+    marked = [theirs.source for mine, theirs in pairs if BEGIN in mine.source]
+    assert marked and all(NBGRADER_STUB in source for source in marked), marked

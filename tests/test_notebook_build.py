@@ -120,12 +120,14 @@ def test_a_saved_quiz_or_explorer_asks_to_run_its_cell_until_it_runs():
         "1": {"state": {"_dom_classes": ["dpcourse-run-this-cell"], "value": ""}},  # a quiz's feedback, unanswered
         "2": {"state": {"_dom_classes": ["dpcourse-run-this-cell"], "value": "<p>Right!</p>"}},  # already says more
         "3": {"state": {"_dom_classes": [], "value": ""}},
+        "4": {"state": {"_dom_classes": ["dpcourse-kernel-gone"], "value": "<p>Run this cell again</p>"}},
     }
     notebook.metadata["widgets"] = {build["WIDGET_STATE"]: {"state": state}}
     build["say_what_needs_a_kernel"](notebook)
     state = notebook.metadata["widgets"][build["WIDGET_STATE"]]["state"]  # nbformat stored copies of the dicts
     assert state["1"]["state"]["value"] == build["RUN_THIS_CELL"]
     assert state["2"]["state"]["value"] == "<p>Right!</p>" and state["3"]["state"]["value"] == ""
+    assert state["4"]["state"]["value"] == ""  # the saved state's own sentence speaks: one sentence, not two
 
 
 def widget_output(model: str) -> nbformat.NotebookNode:

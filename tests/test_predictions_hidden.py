@@ -2,8 +2,10 @@
 
 A lesson asks questions with ``quiz.ask("id")``, or all of a lesson's with ``quiz.ask_lesson("lesson")``, and
 shows an answer in a cell tagged ``reveals-answer`` whose code is ``with quiz.reveal("id"):`` (dpcourse/quiz/
-reveal.py). For every question asked, ``CLUES`` (tests/answer_clues.py) holds text that an output revealing its
-answer shows: an exact shape, a count, an error message. What a person sees:
+reveal.py). For every question asked, its quiz file lists ``clues`` (``CLUES`` in tests/answer_clues.py): text that an
+output revealing its answer shows (an exact shape, a count, an error message) and phrases of what the lesson says
+about the result (its ``discussion``, displayed by the revealing cell, or its ``explanation``, shown by the quiz
+once answered). What a person sees:
 
 * the student edition (what a learner opens) stores no output that holds a clue, and no output at all in a
   ``reveals-answer`` cell, which nbval does not compare there (notebooks/build.py); in the learner's kernel
@@ -13,10 +15,10 @@ answer shows: an exact shape, a count, an error message. What a person sees:
   its quiz and names it in ``quiz.reveal``; those outputs start collapsed, and the static site, built from the
   instructor edition, shows each inside a closed ``<details>`` (docs/build_site.py).
 
-A question with no entry fails here: whoever adds a quiz to a lesson names what gives its answer away, writes
+A question with no clue fails here: whoever adds a quiz to a lesson names what gives its answer away, writes
 the cell that shows it as ``with quiz.reveal("id"):`` tagged ``reveals-answer`` in notebooks/src/, and rebuilds
-both editions (docs/instructor.md, "Quizzes that are not given away"). Prose is not checked: the markdown
-between a quiz and its revealing cell must not state the answer either.
+both editions (docs/instructor.md, "Quizzes that are not given away"). The prose and code around a quiz are
+tests/test_nothing_given_away.py's to read.
 """
 
 import ast
@@ -29,7 +31,8 @@ import nbformat
 import pytest
 
 from dpcourse import course
-from tests.answer_clues import CLUES, asked, cell_text, questions_of, revealed
+from dpcourse.quiz import find_question
+from tests.answer_clues import CLUES, asked, cell_text, questions_of, readable, revealed
 from tests.site_builder import site_builder
 
 REPO = Path(__file__).parents[1]
@@ -48,10 +51,10 @@ LESSONS = [source.stem for source in SOURCES]
 
 @pytest.mark.parametrize("lesson", LESSONS)
 def test_every_question_asked_names_what_gives_it_away(lesson):
-    missing = [question for question in questions_of(lesson) if question not in CLUES]
+    missing = [question for question in questions_of(lesson) if not CLUES.get(question)]
     assert not missing, (
-        f"{lesson} asks {missing}, which have no entry in CLUES (tests/answer_clues.py): add the text of "
-        "each output that reveals the answer (and tag those cells reveals-answer), or () if no output does"
+        f"{lesson} asks {missing}, whose quiz file lists no clues: add the text of each output that reveals the "
+        "answer (and tag those cells reveals-answer) and phrases of its discussion that state the result"
     )
 
 
@@ -62,16 +65,18 @@ def test_every_clue_belongs_to_a_question_a_lesson_asks():
 
 @pytest.mark.parametrize("question", sorted(q for q, clues in CLUES.items() if clues))
 def test_every_clue_is_in_an_output_of_a_lesson_that_asks(question):
-    """A clue no output shows any more (the lesson changed) would make the collapse check pass vacuously."""
-    shown = " ".join(
-        cell_text(cell)
-        for lesson in LESSONS
-        if question in questions_of(lesson)
-        for cell in nbformat.read(NOTEBOOKS / f"{lesson}.ipynb", as_version=4).cells
-        if cell.cell_type == "code"
-    )
-    stale = [clue for clue in CLUES[question] if clue not in shown]
-    assert not stale, f"{question}: no output of the lessons that ask it shows {stale}; update CLUES"
+    """A clue no output shows any more (the lesson changed) would make the collapse check pass vacuously. A
+    phrase of the question's explanation counts too: the quiz shows it once answered."""
+    shown = readable(" ".join([
+        find_question(question).explanation,
+        *(cell_text(cell)
+          for lesson in LESSONS
+          if question in questions_of(lesson)
+          for cell in nbformat.read(NOTEBOOKS / f"{lesson}.ipynb", as_version=4).cells
+          if cell.cell_type == "code"),
+    ]))
+    stale = [clue for clue in CLUES[question] if readable(clue) not in shown]
+    assert not stale, f"{question}: no output of the lessons that ask it shows {stale}; update its clues"
 
 
 def tagged(cell: nbformat.NotebookNode) -> bool:
@@ -84,7 +89,7 @@ def visible_clues(lesson: str, cells: list[tuple[int, nbformat.NotebookNode]]) -
         for index, cell in cells
         for question in questions_of(lesson)
         for clue in CLUES.get(question, ())
-        if clue in cell_text(cell)
+        if readable(clue) in readable(cell_text(cell))
     ]
 
 
@@ -113,7 +118,7 @@ def test_the_instructor_edition_shows_each_answer_after_its_quiz_in_a_revealing_
         if tagged(cell) and not (cell.outputs and outputs_hidden(cell)):
             problems.append(f"cell {index} is tagged {REVEALS_ANSWER} but stores no output, or not collapsed")
         for question in questions_of(lesson):
-            clues = [clue for clue in CLUES.get(question, ()) if clue in cell_text(cell)]
+            clues = [clue for clue in CLUES.get(question, ()) if readable(clue) in readable(cell_text(cell))]
             named = any(question in revealed(earlier.source) for earlier in notebook.cells[: index + 1])
             if clues and not (tagged(cell) and named):
                 problems.append(f"cell {index} shows {clues[0]!r} outside a reveal of {question}")

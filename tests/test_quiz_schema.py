@@ -53,6 +53,18 @@ def test_a_valid_file_loads_with_the_lesson_taken_from_its_name(tmp_path):
     assert (number.answer, number.tolerance, shape.answer) == (3.0, 0.5, (4,))
 
 
+def test_a_discussion_is_one_text_or_one_per_revealing_block_and_clues_a_list(tmp_path):
+    once = changed(id="02-once", discussion="\nThe fourth device sits idle.\n", clues=["sits idle"])
+    twice = changed(id="02-twice", discussion=["First block.", ""])
+    once, twice, plain = parse_file(write(tmp_path, once, twice, changed(id="02-plain")))
+    assert (once.discussion, once.clues, once.discussion_of()) == (("The fourth device sits idle.",), ("sits idle",),
+                                                                   "The fourth device sits idle.")
+    assert (twice.discussion_of(1), twice.discussion_of(2), plain.discussion_of(), plain.clues) == ("First block.", "",
+                                                                                                    "", ())
+    with pytest.raises(ValueError, match=r"02-twice has 2 discussion part\(s\) .* use part=1 to 2"):
+        twice.discussion_of(3)
+
+
 MALFORMED = {
     "missing field": (changed(explanation=None), "missing field 'explanation'"),
     "unknown field": (changed(hint="think"), "unknown field 'hint'"),
@@ -74,6 +86,10 @@ MALFORMED = {
     "not a shape": (changed(kind="shape", answer="(a, b)", options=None), "is not a shape"),
     "id from another lesson": (changed(id="03-example"), "must look like '02-short-name'"),
     "empty prompt": (changed(prompt="  "), "'prompt' must be a non-empty string"),
+    "discussion not text": (changed(discussion=3), "'discussion' must be Markdown text, or a list of texts"),
+    "discussion all empty": (changed(discussion=["", " "]), "'discussion' must be Markdown text, or a list"),
+    "clues not a list": (changed(clues="sits idle"), "'clues' must be a list of non-empty strings"),
+    "an empty clue": (changed(clues=["sits idle", ""]), "'clues' must be a list of non-empty strings"),
 }
 
 

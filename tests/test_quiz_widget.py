@@ -144,6 +144,8 @@ def test_an_overflowing_answer_gets_a_clear_reply_and_is_not_recorded(tmp_path):
 
 # quiz.reveal: a block's output hidden until its quiz is answered (dpcourse/quiz/reveal.py).
 
+PLAIN = [question for question in QUESTIONS if not question.discussion]  # results without a discussion under them
+
 
 @pytest.fixture
 def live(monkeypatch):
@@ -167,7 +169,7 @@ def revealed_text(result) -> str:
 def test_a_revealed_result_is_hidden_until_its_quiz_is_answered(live, tmp_path):
     from IPython.display import Image, display
 
-    question = QUESTIONS[0]
+    question = PLAIN[0]
     quiz = ask(question, Progress(tmp_path / "progress.json"))
     with quiz_reveal(question.id):
         print("the answer is 42")
@@ -188,7 +190,7 @@ def test_a_revealed_result_is_hidden_until_its_quiz_is_answered(live, tmp_path):
 
 
 def test_show_reveals_without_an_answer_and_answered_quizzes_reveal_at_once(live, tmp_path):
-    first, second = QUESTIONS[:2]
+    first, second = PLAIN[:2]
     with quiz_reveal(first.id):
         print("result")
     [result] = live
@@ -202,7 +204,7 @@ def test_show_reveals_without_an_answer_and_answered_quizzes_reveal_at_once(live
 
 
 def test_a_block_that_answers_two_quizzes_waits_for_both(live, tmp_path):
-    first, second = QUESTIONS[:2]
+    first, second = PLAIN[:2]
     with quiz_reveal(first.id, second.id):
         print("both answers")
     [result] = live
@@ -215,16 +217,35 @@ def test_a_block_that_answers_two_quizzes_waits_for_both(live, tmp_path):
 
 
 def test_an_error_in_the_block_shows_the_result_and_raises(live):
-    with pytest.raises(ZeroDivisionError), quiz_reveal(QUESTIONS[0].id):
+    with pytest.raises(ZeroDivisionError), quiz_reveal(PLAIN[0].id):
         print("before the error")
         1 / 0  # noqa: B018
     assert live[0].shown and revealed_text(live[0]) == "before the error\n"
 
 
+def test_the_discussion_comes_last_in_the_result_hidden_with_it(live, tmp_path):
+    once = next(question for question in QUESTIONS if len(question.discussion) == 1)
+    with quiz_reveal(once.id):
+        print("measured")
+    [result] = live
+    assert not result.shown and result.output.outputs[0]["text"] == "measured\n"
+    assert result.output.outputs[-1]["data"] == {"text/markdown": once.discussion[0], "text/plain": once.discussion[0]}
+    several = next(question for question in QUESTIONS if len(question.discussion) > 1)
+    with quiz_reveal(several.id, part=2):
+        pass
+    assert live[1].output.outputs[-1]["data"]["text/markdown"] == several.discussion[1]
+    with pytest.raises(ValueError, match=f"use part=1 to {len(several.discussion)}"):
+        with quiz_reveal(several.id, part=len(several.discussion) + 1):
+            pass
+    with pytest.raises(ZeroDivisionError), quiz_reveal(once.id):  # a failed block has no result to discuss
+        1 / 0  # noqa: B018
+    assert all("text/markdown" not in output.get("data", {}) for output in live[-1].output.outputs)
+
+
 def test_print_mode_and_unknown_ids(monkeypatch, capsys):
     monkeypatch.setenv(reveal_module.MODE_VARIABLE, "print")
     assert reveal_module.passes_through()
-    with quiz_reveal(QUESTIONS[0].id):
+    with quiz_reveal(PLAIN[0].id):
         print("shown as usual")
     assert capsys.readouterr().out == "shown as usual\n"
     with pytest.raises(KeyError, match="no question has this id"), quiz_reveal("02-no-such-question"):

@@ -1,13 +1,17 @@
 """Every widget class dpcourse exports has a short plain-text fallback: what a notebook shows where widgets cannot
-render (a notebook not yet trusted, a static page), instead of ipywidgets' default that lists every child."""
+render (a notebook not yet trusted, a static page), instead of ipywidgets' default that lists every child; and
+each ends with the line that says its kernel has gone (shown only then: tests/browser/test_answers_hidden.py)."""
 
 import re
 
 import ipywidgets
 import pytest
+from IPython.utils.capture import CapturedIO
 
 from dpcourse import quiz, widgets
 from dpcourse.quiz import Progress
+from dpcourse.quiz.reveal import HiddenResult
+from dpcourse.ui.controls import KERNEL_GONE
 
 EXPECTED = {
     "QuizWidget": (
@@ -29,7 +33,7 @@ EXPECTED = {
     "TraceExplorer": (lambda _: widgets.TraceExplorer(), "TraceExplorer(model='small', batch=64, devices=2, steps=3)"),
     "CostModelCalculator": (
         lambda _: widgets.CostModelCalculator(),
-        "CostModelCalculator(preset='8 GPUs, PCIe', batch=256, params=25600000, bandwidth=12)",
+        "CostModelCalculator(preset='8 GPUs, PCIe', batch=256, params=25600000, bandwidth=25)",
     ),
     "MemoryCalculator": (
         lambda _: widgets.MemoryCalculator(),
@@ -59,3 +63,16 @@ def test_the_plain_text_fallback_is_one_short_line(tmp_path, name):
     assert repr(widget) == expected
     assert widget._repr_mimebundle_()["text/plain"] == expected  # what a notebook stores beside the widget view
     assert len(expected) <= 100 and "\n" not in expected and not re.search(r"children=|<\w+", expected)
+
+
+@pytest.mark.parametrize("name", EXPECTED)
+def test_every_widget_says_when_its_kernel_has_gone(tmp_path, name):
+    """A click after Kernel → Restart reaches no kernel: the widget's last line says to run the cell again."""
+    widget = EXPECTED[name][0](Progress(tmp_path / "progress.json"))
+    quizzes = widget.children if name == "LessonQuiz" else [widget]  # a lesson's quiz is one quiz per question
+    assert all(KERNEL_GONE in q.children[-1].get_state()["_dom_classes"] for q in quizzes)
+
+
+def test_a_hidden_result_says_when_its_kernel_has_gone():
+    result = HiddenResult(("02-six-rows-four-devices",), CapturedIO("", ""))
+    assert KERNEL_GONE in result.children[-1].get_state()["_dom_classes"]

@@ -28,6 +28,7 @@ from typing import Any
 
 import torch
 
+from ..trace import trace
 from ..ui.words import plural
 
 NOT_ATTEMPTED, PASSED, FAILED = "not attempted yet", "passed", "failed"
@@ -304,18 +305,47 @@ class Oracle:
     The expected answer is worked out before the learner's function runs (``run`` calls ``expect``), on the
     oracle's own copies of the arguments: a learner's function may change its arguments in place (sum into
     replica 0's gradients and return them), and the oracle must not then compute from the changed ones.
+
+    ``compare(case, answer)`` judges where equal values are not the whole story (which replicas ran, say); it
+    finds the expected answer in ``case.context["expected"]``.
     """
 
-    def __init__(self, oracle: Callable) -> None:
+    def __init__(self, oracle: Callable, compare: Callable[[Case, Any], str | None] | None = None) -> None:
         self.oracle = oracle
+        self.compare = compare
 
     def expect(self, case: Case) -> None:
         case.context["expected"] = self.oracle(*copy.deepcopy(case.args))
 
     def __call__(self, case: Case, answer: Any) -> str | None:
+        if self.compare:
+            return self.compare(case, answer)
         return first_difference(case.context["expected"], answer)
 
 
 def equals(oracle: Callable) -> Oracle:
     """A judge that compares the answer with ``oracle(*case.args)``, computed beforehand on copies (``Oracle``)."""
     return Oracle(oracle)
+
+
+def with_replica_forwards(function: Callable, case: Case) -> tuple[Any, int]:
+    """An ``Exercise.call`` for a task that must run DataParallel: the answer, and how many replica forwards ran.
+
+    A judge then knows whether the learner's numbers came from the replicas or from a shortcut (the model called
+    once on the whole batch gives the same numbers, and teaches nothing). The call runs under a trace
+    (``dpcourse.trace``), which counts a ``forward`` span per replica.
+    """
+    with trace() as recorded:
+        answer = function(*case.args)
+    return answer, len(recorded.steps("forward"))
+
+
+def replicas_that_should_run(rows: int, n: int, forwards: int, calls: int = 1) -> str | None:
+    """``None`` if ``forwards`` replica forwards is what ``calls`` DataParallel forwards of ``rows`` rows on ``n``
+    devices run (one per chunk), else a sentence saying what ran instead. ``n`` is 2 or more: on one device
+    DataParallel calls the model itself, and a trace records no replica forward."""
+    expected = calls * len(torch.arange(rows).chunk(n))
+    if forwards == expected:
+        return None
+    return (f"{plural(forwards, 'replica forward')} ran, expected {expected}: run the model through "
+            f"dpcourse.DataParallel on dpcourse.devices({n}), which runs one replica per chunk of the batch")

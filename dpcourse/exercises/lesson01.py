@@ -1,10 +1,12 @@
-"""Lesson 01's exercises: the one-device gradient, and how chunk losses must be weighted to rebuild it."""
+"""Lesson 01's exercises: the one-device gradient, how chunk losses must be weighted to rebuild it, and
+DataParallel matching it: one step's gradients, and the weights after training."""
 
 import torch
 
 from .. import examples
+from ..devices import devices
 from ..ui.words import plural
-from .check import Case, Exercise, equals, first_difference
+from .check import Case, Exercise, Oracle, equals, first_difference, replicas_that_should_run, with_replica_forwards
 
 
 def _gradients(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -> list[torch.Tensor]:
@@ -57,4 +59,66 @@ CHUNK_LOSS_WEIGHTS = Exercise(
     generated=_every_chunk_split,
 )
 
-EXERCISES = (FULL_BATCH_GRADIENTS, CHUNK_LOSS_WEIGHTS)
+
+
+def _parallel_gradients_judge(case: Case, answer) -> str | None:
+    model, x, y, n = case.args
+    gradients, forwards = answer
+    return (replicas_that_should_run(len(x), n, forwards)
+            or first_difference(case.context["expected"], gradients, "gradients"))
+
+
+def _parallel_gradient_cases() -> list[Case]:
+    hint = "the replicas' gradients are summed into the model's .grad: return [p.grad for p in model.parameters()]"
+    return [Case(f"{plural(batch, 'row')} on {plural(n, 'device')}",
+                 (examples.make_model(seed).to(devices(n)[0]), *examples.make_batch(batch, seed, devices(n)[0]), n),
+                 hint)
+            for batch, n, seed in [(7, 2, 0), (10, 4, 1), (5, 3, 2)]]
+
+
+PARALLEL_GRADIENTS = Exercise(
+    name="parallel_gradients",
+    task="Write parallel_gradients(model, x, y, n): one forward and backward of examples.loss_fn through "
+         "dpcourse.DataParallel on n devices; return the model's parameter gradients, as a list in order.",
+    cases=_parallel_gradient_cases,
+    judge=Oracle(lambda model, x, y, n: _gradients(model, x, y), _parallel_gradients_judge),
+    call=with_replica_forwards,
+)
+
+
+def _train_cases() -> list[Case]:
+    cases = []
+    for n, steps, seed in [(2, 5, 0), (4, 3, 1), (3, 2, 2)]:
+        oracle = examples.make_model(seed).to(devices(n)[0])
+        losses = examples.train(oracle, steps=steps)
+        cases.append(Case(f"{plural(steps, 'step')} on {plural(n, 'device')}",
+                          (examples.make_model(seed).to(devices(n)[0]), n, steps),
+                          "the wrapper shares model's parameters: training it trains model",
+                          {"oracle": oracle, "losses": losses}))
+    return cases
+
+
+def _train_judge(case: Case, answer) -> str | None:
+    model, n, steps = case.args
+    losses, forwards = answer
+    ran = replicas_that_should_run(10, n, forwards, calls=steps)  # examples.train's batches have 10 rows
+    if ran:
+        return ran
+    difference = examples.max_weight_difference(model, case.context["oracle"])
+    if difference > 1e-5:
+        return (f"after training, model's weights differ from one-device training's by {difference:.2g}: train "
+                f"the model you are given, wrapped, not a copy")
+    return first_difference(case.context["losses"], losses, "losses", atol=1e-5)
+
+
+TRAIN_IN_PARALLEL = Exercise(
+    name="train_in_parallel",
+    task="Write train_in_parallel(model, n, steps): train model wrapped in dpcourse.DataParallel on n devices for "
+         "`steps` steps with examples.train, and return the losses. The check compares its weights with "
+         "one-device training's.",
+    cases=_train_cases,
+    judge=_train_judge,
+    call=with_replica_forwards,
+)
+
+EXERCISES = (FULL_BATCH_GRADIENTS, CHUNK_LOSS_WEIGHTS, PARALLEL_GRADIENTS, TRAIN_IN_PARALLEL)

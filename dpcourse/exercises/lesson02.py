@@ -1,10 +1,11 @@
-"""Lesson 02's exercises: the torch.chunk rule, and chunks that are views of the batch."""
+"""Lesson 02's exercises: the torch.chunk rule, chunks that are views of the batch, which batches keep every
+device busy, and scatter on a dict."""
 
 import torch
 
 from ..examples import seeded_randn
 from ..ui.words import plural
-from .check import Case, Exercise
+from .check import Case, Exercise, first_difference
 
 
 def _chunk_sizes(batch: int, n: int) -> list[int]:
@@ -91,4 +92,70 @@ SCATTER_ROWS = Exercise(
     generated=_every_batch_up_to_12_on_up_to_6_devices,
 )
 
-EXERCISES = (CHUNK_SIZES, SCATTER_ROWS)
+
+
+def _busy_judge(case: Case, answer) -> str | None:
+    batch, n = case.args
+    sizes = _chunk_sizes(batch, n)
+    if not isinstance(answer, bool):
+        return f"expected True or False, got {answer!r}"
+    if answer != (len(sizes) == n):
+        return f"expected {len(sizes) == n}, got {answer}: scatter gives {plural(len(sizes), 'chunk')} here"
+    return None
+
+
+ALL_DEVICES_BUSY = Exercise(
+    name="all_devices_busy",
+    task="Write all_devices_busy(batch, n): True when scattering a batch of `batch` rows over n devices gives "
+         "every device a chunk, else False.",
+    cases=lambda: [
+        Case("4 rows on 4 devices", (4, 4)),
+        Case("5 rows on 4 devices", (5, 4), "count the chunks scatter makes, not the rows: a device may get none"),
+        Case("9 rows on 4 devices", (9, 4), "torch.chunk makes chunks of ceil(9 / 4) rows"),
+        Case("7 rows on 4 devices", (7, 4)),
+    ],
+    judge=_busy_judge,
+    generated=_every_batch_up_to_24_on_up_to_8_devices,
+)
+
+
+def _dict_batch(rows: int) -> dict:
+    return {"x": seeded_randn(rows, 3, seed=rows).requires_grad_(), "lengths": torch.arange(rows)}
+
+
+def _entries_judge(case: Case, answer) -> str | None:
+    """Each entry a dict with the batch's keys, holding its chunk of every value, made by scatter (its autograd
+    node is Scatter's, so the gradient can flow back to the batch)."""
+    inputs, n = case.args
+    chunks = {key: value.chunk(n) for key, value in inputs.items()}
+    count = len(chunks["x"])
+    if not isinstance(answer, (list, tuple)) or len(answer) != count:
+        found = plural(len(answer), "entry") if isinstance(answer, (list, tuple)) else type(answer).__name__
+        return f"expected {plural(count, 'entry')}, one per chunk, got {found}"
+    for i, entry in enumerate(answer):
+        if not isinstance(entry, dict) or set(entry) != set(inputs):
+            found = sorted(entry) if isinstance(entry, dict) else type(entry).__name__
+            return f"entry {i}: expected a dict with keys {sorted(inputs)}, got {found}"
+        difference = next(filter(None, (first_difference(chunks[key][i].detach(), entry[key].detach(),
+                                                          f"entry {i}[{key!r}]") for key in inputs)), None)
+        if difference:
+            return difference
+        if "Scatter" not in type(entry["x"].grad_fn).__name__:
+            return (f"entry {i}['x'] was not made by dpcourse.scatter (its grad_fn is "
+                    f"{type(entry['x'].grad_fn).__name__}): scatter the dict itself")
+    return None
+
+
+SCATTER_DICT = Exercise(
+    name="scatter_dict",
+    task="Write scatter_dict(inputs, n): scatter the dict `inputs` (a batch `x` and its `lengths`) over "
+         "dpcourse.devices(n) with dpcourse.scatter, and return the entries, one per replica.",
+    cases=lambda: [
+        Case("x and lengths of 10 rows on 3 devices", (_dict_batch(10), 3)),
+        Case("6 rows on 4 devices", (_dict_batch(6), 4), "scatter makes as many entries as chunks"),
+        Case("5 rows on 2 devices", (_dict_batch(5), 2)),
+    ],
+    judge=_entries_judge,
+)
+
+EXERCISES = (CHUNK_SIZES, SCATTER_ROWS, ALL_DEVICES_BUSY, SCATTER_DICT)

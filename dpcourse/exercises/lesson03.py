@@ -1,10 +1,13 @@
-"""Lesson 03's exercises: replica 0 aliases the original parameters, and what replication copies."""
+"""Lesson 03's exercises: replica 0 aliases the original parameters, what replication copies (worked out, and
+read from a trace), and a count that survives replication."""
 
 import itertools
 
 import torch
 
 from .. import examples
+from ..data_parallel import DataParallel
+from ..devices import devices
 from ..ui.words import plural
 from .check import Case, Exercise, equals
 
@@ -104,4 +107,62 @@ REPLICATE_BYTES = Exercise(
     generated=_models_on_up_to_6_devices,
 )
 
-EXERCISES = (REPLICATE_PARAMETERS, REPLICATE_BYTES)
+
+TRACED_REPLICATE_BYTES = Exercise(
+    name="traced_replicate_bytes",
+    task="Write traced_replicate_bytes(model, n): the bytes that dpcourse.replicate copies to put `model` on n "
+         "devices, read from a trace.",
+    cases=lambda: [
+        Case("the course model on 4 devices", (examples.make_model(), 4),
+             "the replicate span of a trace has a bytes_copied field"),
+        Case("the BatchNorm model on 2 devices", (examples.make_model(batchnorm=True), 2)),
+        Case("the course model on 1 device", (examples.make_model(), 1)),
+    ],
+    judge=equals(_replicate_bytes),
+    generated=_models_on_up_to_6_devices,
+)
+
+
+def _forwards_counted(counter_class: type, n: int, rows: int, forwards: int) -> tuple[torch.nn.Module, list[int]]:
+    """Build the learner's counter, run it ``forwards`` times under DataParallel on n devices, then once alone;
+    return it and the count after each call."""
+    counter = counter_class().to(devices(n)[0])
+    dp = DataParallel(counter, devices=devices(n))
+    counts = []
+    for _ in range(forwards):
+        dp(torch.zeros(rows, 1, device=devices(n)[0]))
+        counts.append(int(counter.calls))
+    counter(torch.zeros(rows, 1, device=devices(n)[0]))
+    return counter, [*counts, int(counter.calls)]
+
+
+def _counter_judge(case: Case, answer) -> str | None:
+    n, rows, forwards = case.args
+    counter, counts = answer
+    if "calls" not in dict(counter.named_buffers()):
+        return ("calls is not a registered buffer: an attribute or a tensor set on a replica is lost with it; "
+                "register_buffer puts it in what replica 0 shares with your module")
+    if counter.calls.is_floating_point():
+        return f"calls is a {counter.calls.dtype} tensor: a count is a whole number (dtype=torch.long)"
+    expected = list(range(1, forwards + 2))
+    if counts != expected:
+        return (f"after each call calls reads {counts}, expected {expected}: one per DataParallel forward (replica "
+                f"0 counts, in place on the shared buffer), then one for the module called alone")
+    return None
+
+
+COUNTER = Exercise(
+    name="Counter",
+    task="Write the module Counter: its forward returns x unchanged and adds one to self.calls, a count that "
+         "survives DataParallel (each forward under DataParallel counts once).",
+    cases=lambda: [
+        Case("1 forward on 2 devices", (2, 4, 1)),
+        Case("3 forwards on 2 devices", (2, 4, 3), "update it in place, not by rebinding the attribute"),
+        Case("2 forwards on 4 devices", (4, 8, 2), "only replica 0 shares the buffer's memory with your module"),
+        Case("2 forwards on 1 device", (1, 3, 2)),
+    ],
+    judge=_counter_judge,
+    call=lambda counter_class, case: _forwards_counted(counter_class, *case.args),
+)
+
+EXERCISES = (REPLICATE_PARAMETERS, REPLICATE_BYTES, TRACED_REPLICATE_BYTES, COUNTER)

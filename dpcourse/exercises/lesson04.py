@@ -1,11 +1,17 @@
-"""Lesson 04's exercises: one thread per replica, and passing the caller's grad mode into a thread."""
+"""Lesson 04's exercises: one thread per replica, passing the caller's grad mode into a thread, a module that
+finds its device the way a replica can, and which replica an error names."""
 
+import itertools
+import re
 import threading
 
 import torch
 
+from ..data_parallel import DataParallel
+from ..devices import devices
+from ..examples import seeded_randn
 from ..ui.words import plural
-from .check import Case, Exercise
+from .check import Case, Exercise, equals, first_difference
 
 _WAIT = 1.0  # seconds a probe waits for the other replicas: only a wrong answer (one at a time) ever waits
 
@@ -140,4 +146,74 @@ IN_CALLERS_GRAD_MODE = Exercise(
     call=_call_in_thread,
 )
 
-EXERCISES = (RUN_REPLICAS, IN_CALLERS_GRAD_MODE)
+
+
+def _with_and_without_data_parallel(module_class: type, n: int, rows: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """DataParallel's output, and what FindsItsDevice means to compute: its linear layer on x, on one device."""
+    module = module_class().to(devices(n)[0])
+    x = seeded_randn(rows, 8, seed=rows).to(devices(n)[0])
+    return DataParallel(module, devices=devices(n))(x), module.linear(x)
+
+
+def _same_output_judge(case: Case, answer) -> str | None:
+    parallel, alone = answer
+    # up to rounding: a GPU may sum a chunk's products in another order
+    difference = first_difference(alone.detach(), parallel.detach(), "DataParallel's output", atol=1e-5)
+    return difference and f"{difference} (expected self.linear(x), as the module computes it alone)"
+
+
+USES_ITS_WEIGHTS_DEVICE = Exercise(
+    name="UsesItsWeightsDevice",
+    task="Write UsesItsWeightsDevice, a FindsItsDevice whose forward works under DataParallel: the same output "
+         "with and without it.",
+    cases=lambda: [
+        Case("10 rows on 2 devices", (2, 10), "a replica's parameters() yields nothing: what does it hold?"),
+        Case("7 rows on 3 devices", (3, 7)),
+        Case("6 rows on 1 device", (1, 6)),
+    ],
+    judge=_same_output_judge,
+    call=lambda module_class, case: _with_and_without_data_parallel(module_class, *case.args),
+)
+
+
+class _Picky(torch.nn.Module):
+    """Raises on a chunk holding a negative value, as the lesson's ``Picky`` does."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if (x < 0).any():
+            raise ValueError(f"a negative value in this chunk of {len(x)} rows")
+        return x
+
+
+def _reported_replica(batch: int, n: int, bad_rows: list[int]) -> int:
+    """The replica number that DataParallel's own error message names."""
+    values = torch.ones(batch, 1, device=devices(n)[0])
+    values[bad_rows] = -1.0
+    try:
+        DataParallel(_Picky(), devices=devices(n))(values)
+    except ValueError as error:
+        return int(re.search(r"in replica (\d+)", str(error))[1])
+    raise AssertionError(f"no replica raised for rows {bad_rows}")
+
+
+def _bad_rows_on_2_to_4_devices() -> list[Case]:
+    return [Case(f"rows {list(bad)} of {batch} bad, {plural(n, 'device')}", (batch, n, list(bad)))
+            for batch in range(2, 9) for n in range(2, 5) for bad in itertools.combinations(range(batch), 2)]
+
+
+REPORTED_REPLICA = Exercise(
+    name="reported_replica",
+    task="Write reported_replica(batch, n, bad_rows): the replica number in DataParallel's error message when the "
+         "rows bad_rows of a batch of `batch` rows on n devices make the module raise.",
+    cases=lambda: [
+        Case("row 9 of 10 on 4 devices", (10, 4, [9]), "torch.chunk gives chunks of ceil(batch / n) rows"),
+        Case("rows 8 and 5 of 10 on 4 devices", (10, 4, [8, 5]),
+             "several replicas raise: the message names the lowest-numbered one"),
+        Case("row 5 of 6 on 4 devices", (6, 4, [5]), "6 rows on 4 devices make chunks of 2 rows"),
+        Case("rows 6 and 3 of 7 on 3 devices", (7, 3, [6, 3])),
+    ],
+    judge=equals(_reported_replica),
+    generated=_bad_rows_on_2_to_4_devices,
+)
+
+EXERCISES = (RUN_REPLICAS, IN_CALLERS_GRAD_MODE, USES_ITS_WEIGHTS_DEVICE, REPORTED_REPLICA)

@@ -1,13 +1,17 @@
-"""Lesson 05's exercises: concatenating the replicas' tensors, and gathering nested outputs."""
+"""Lesson 05's exercises: concatenating the replicas' tensors, gathering nested outputs, the length of a gathered
+output, and a loss-in-forward module whose gathered losses average to the one-device loss."""
 
 import warnings
 from collections import namedtuple
 
 import torch
 
+from .. import examples
+from ..data_parallel import DataParallel
+from ..devices import devices
 from ..scatter_gather import gather
 from ..ui.words import plural
-from .check import Case, Exercise, first_difference
+from .check import Case, Exercise, equals, first_difference
 
 Pair = namedtuple("Pair", ["logits", "features"])
 
@@ -85,4 +89,66 @@ GATHER_STRUCTURE = Exercise(
     judge=_judge,
 )
 
-EXERCISES = (GATHER_TENSORS, GATHER_STRUCTURE)
+
+
+class _ColumnSums(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.sum(0)
+
+
+def _gathered_length(batch: int, n: int) -> int:
+    """What DataParallel itself gives, run on a batch of ones."""
+    return DataParallel(_ColumnSums(), devices=devices(n))(torch.ones(batch, 5, device=devices(n)[0])).shape[0]
+
+
+def _every_batch_up_to_12_on_up_to_6_devices() -> list[Case]:
+    return [Case(f"{plural(batch, 'row')} on {plural(n, 'device')}", (batch, n))
+            for batch in range(1, 13) for n in range(1, 7)]
+
+
+GATHERED_LENGTH = Exercise(
+    name="gathered_length",
+    task="Write gathered_length(batch, n): the length of DataParallel's output on n devices for a batch of `batch` "
+         "rows of 5 features, when the module returns x.sum(0), of shape (5,).",
+    cases=lambda: [
+        Case("8 rows on 2 devices", (8, 2), "gather concatenates the replicas' outputs along dimension 0"),
+        Case("10 rows on 4 devices", (10, 4)),
+        Case("6 rows on 4 devices", (6, 4), "one output per replica that ran: count the chunks, not the devices"),
+        Case("3 rows on 4 devices", (3, 4)),
+    ],
+    judge=equals(_gathered_length),
+    generated=_every_batch_up_to_12_on_up_to_6_devices,
+)
+
+
+def _losses_with_and_without(module_class: type, rows: int, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    module = module_class().to(devices(n)[0])
+    x, y = examples.make_batch(rows, seed=rows, device=devices(n)[0])
+    return DataParallel(module, devices=devices(n))(x, y), examples.loss_fn(module.model(x), y)
+
+
+def _per_sample_judge(case: Case, answer) -> str | None:
+    rows, n = case.args
+    gathered, one_device = answer
+    if not isinstance(gathered, torch.Tensor) or gathered.shape != (rows,):
+        shape = list(gathered.shape) if isinstance(gathered, torch.Tensor) else type(gathered).__name__
+        return (f"the gathered output has shape {shape}, expected [{rows}]: one loss per sample, so that no "
+                f"chunk's size is lost in gather")
+    return first_difference(one_device, gathered.mean(), "the gathered losses' mean", atol=1e-6)
+
+
+PER_SAMPLE_LOSS = Exercise(
+    name="PerSampleLoss",
+    task="Write PerSampleLoss, a WithLoss whose output under DataParallel can be reduced to exactly the one-device "
+         "loss, for any chunk sizes.",
+    cases=lambda: [
+        Case("10 rows on 4 devices: chunks 3, 3, 3, 1", (10, 4),
+             "the mean of 4 chunk means weighs the row of the short chunk 3 times too much"),
+        Case("7 rows on 3 devices", (7, 3)),
+        Case("6 rows on 1 device", (6, 1)),
+    ],
+    judge=_per_sample_judge,
+    call=lambda module_class, case: _losses_with_and_without(module_class, *case.args),
+)
+
+EXERCISES = (GATHER_TENSORS, GATHER_STRUCTURE, GATHERED_LENGTH, PER_SAMPLE_LOSS)

@@ -1,15 +1,17 @@
 """Lesson 06's exercises: reduce-add sums the replicas' gradients, gather's backward splits the output's
-gradient, and the weights a mean of chunk means gives each sample."""
+gradient, the weights a mean of chunk means gives each sample, and the reduction that repairs it."""
 
 import warnings
 
 import torch
 
+from .. import examples
 from ..data_parallel import DataParallel
 from ..devices import devices
 from ..examples import ChunkMean, seeded_randn
 from ..ui.words import plural
-from .check import Case, Exercise, equals
+from .check import Case, Exercise, Oracle, equals, first_difference, replicas_that_should_run, with_replica_forwards
+from .lesson01 import _gradients
 
 
 def _grads(seed: int, replicas: int, *shapes: tuple[int, ...]) -> list[list[torch.Tensor]]:
@@ -105,4 +107,44 @@ SAMPLE_WEIGHTS = Exercise(
     generated=_every_batch_up_to_12_on_up_to_5_devices,
 )
 
-EXERCISES = (REDUCE_ADD, SPLIT_GRADIENT, SAMPLE_WEIGHTS)
+
+
+def _size_weighted_judge(case: Case, answer) -> str | None:
+    model, x, y, n = case.args
+    loss, forwards = answer
+    ran = replicas_that_should_run(len(x), n, forwards)
+    if ran:
+        return ran
+    if not isinstance(loss, torch.Tensor) or loss.shape != ():
+        return f"expected a 0-d loss to call .backward() on, got {getattr(loss, 'shape', type(loss).__name__)}"
+    loss.backward()
+    gradients = [p.grad for p in model.parameters()]
+    if any(g is None for g in gradients):
+        return "the loss does not reach the model's parameters: reduce the chunk means DataParallel returns"
+    difference = first_difference(case.context["expected"], gradients, "gradients")
+    return difference and f"{difference}: weigh each chunk's mean by its share of the batch's rows"
+
+
+def _loss_inside_case(description: str, rows: int, n: int, hint: str = "") -> Case:
+    first = devices(n)[0]
+    model, (x, y) = examples.make_model(seed=rows).to(first), examples.make_batch(rows, seed=n, device=first)
+    return Case(description, (model, x, y, n), hint)
+
+
+SIZE_WEIGHTED_LOSS = Exercise(
+    name="size_weighted_loss",
+    task="Write size_weighted_loss(model, x, y, n): run LossInside(model) under DataParallel on n devices (one mean "
+         "per chunk) and reduce those means, weighing each by its chunk's size, to the loss whose gradient is the "
+         "one-device gradient. Return the loss: the check calls backward.",
+    cases=lambda: [
+        _loss_inside_case("10 rows on 4 devices: chunks 3, 3, 3, 1", 10, 4,
+                          "the mean of the chunk means gives the lone row of the last chunk 3 times its weight"),
+        _loss_inside_case("9 rows on 2 devices", 9, 2),
+        _loss_inside_case("8 rows on 4 devices", 8, 4),
+        _loss_inside_case("6 rows on 4 devices: 3 chunks", 6, 4, "N counts the chunks, not the devices"),
+    ],
+    judge=Oracle(lambda model, x, y, n: _gradients(model, x, y), _size_weighted_judge),
+    call=with_replica_forwards,
+)
+
+EXERCISES = (REDUCE_ADD, SPLIT_GRADIENT, SAMPLE_WEIGHTS, SIZE_WEIGHTED_LOSS)

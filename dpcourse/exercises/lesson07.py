@@ -1,5 +1,5 @@
-"""Lesson 07's exercises: a DataParallel training loop that matches one device, and checkpoints without the
-``module.`` prefix."""
+"""Lesson 07's exercises: a DataParallel training loop that matches one device, checkpoints without the
+``module.`` prefix (written, and loaded from either kind), and which batches a BatchNorm model trains on."""
 
 import dataclasses
 from collections.abc import Callable
@@ -11,7 +11,7 @@ from .. import examples
 from ..data_parallel import DataParallel
 from ..devices import devices
 from ..trace import Trace, trace
-from .check import Case, Exercise, first_difference
+from .check import Case, Exercise, equals, first_difference
 
 
 def _train_one_device(model: nn.Module, x: torch.Tensor, y: torch.Tensor, steps: int, lr: float) -> list:
@@ -150,4 +150,68 @@ BARE_STATE_DICT = Exercise(
     judge=lambda case, answer: first_difference(case.context["expected"], answer, "state_dict"),
 )
 
-EXERCISES = (TRAIN_ON_DEVICES, BARE_STATE_DICT)
+
+
+def _load_case(description: str, model: nn.Module, wrapped: bool, hint: str = "") -> Case:
+    chosen = devices(2)
+    saved = DataParallel(model.to(chosen[0]), devices=chosen) if wrapped else model.to(chosen[0])
+    expected = {key: value.clone() for key, value in model.state_dict().items()}
+    bare = examples.make_model(seed=9, batchnorm="running_mean" in " ".join(expected)).to(chosen[0])
+    state = saved.state_dict()
+    return Case(description, (bare, state), hint, {"expected": expected, "keys": list(state)})
+
+
+def _loaded_judge(case: Case, answer) -> str | None:
+    """The checkpoint loaded into the model given, and the checkpoint itself left as the caller saved it."""
+    if answer is not case.args[0]:
+        return "expected the model you were given, with the checkpoint loaded into it"
+    if list(case.args[1]) != case.context["keys"]:
+        return (f"the checkpoint's keys changed, {case.context['keys'][:2]} became {list(case.args[1])[:2]}: the "
+                f"caller still holds it, so strip the prefix from a copy")
+    return first_difference(case.context["expected"], answer.state_dict(), "the loaded model's state_dict")
+
+
+LOAD_INTO_BARE = Exercise(
+    name="load_into_bare",
+    task="Write load_into_bare(model, state): load a checkpoint `state`, saved from a DataParallel model or from a "
+         "bare one, into the bare `model`, and return it.",
+    cases=lambda: [
+        _load_case("saved from DataParallel", examples.make_model(seed=3), True,
+                   "DataParallel's keys start with 'module.': torch.nn.modules.utils has a helper"),
+        _load_case("saved from the bare model", examples.make_model(seed=4), False,
+                   "a bare model's keys have no prefix: leave them as they are"),
+        _load_case("the BatchNorm model, saved from DataParallel", examples.make_model(seed=5, batchnorm=True), True),
+    ],
+    judge=_loaded_judge,
+)
+
+
+def _trains(batch: int, n: int) -> bool:
+    """Whether one forward of the BatchNorm model in training mode runs under DataParallel on n devices."""
+    model = examples.make_model(batchnorm=True).to(devices(n)[0])
+    try:
+        DataParallel(model, devices=devices(n))(examples.make_batch(batch, device=devices(n)[0])[0])
+    except ValueError:
+        return False
+    return True
+
+
+def _batches_on_2_to_4_devices() -> list[Case]:
+    return [Case(f"{batch} rows on {n} devices", (batch, n)) for batch in range(2, 21) for n in range(2, 5)]
+
+
+BATCHNORM_TRAINS = Exercise(
+    name="batchnorm_trains",
+    task="Write batchnorm_trains(batch, n): whether the BatchNorm model (examples.make_model(batchnorm=True)) "
+         "trains under DataParallel on n devices with a batch of `batch` rows. Find out by running it.",
+    cases=lambda: [
+        Case("10 rows on 4 devices", (10, 4), "BatchNorm in training mode refuses a chunk of a single row"),
+        Case("11 rows on 4 devices", (11, 4)),
+        Case("12 rows on 4 devices", (12, 4)),
+        Case("5 rows on 2 devices", (5, 2)),
+    ],
+    judge=equals(_trains),
+    generated=_batches_on_2_to_4_devices,
+)
+
+EXERCISES = (TRAIN_ON_DEVICES, BARE_STATE_DICT, LOAD_INTO_BARE, BATCHNORM_TRAINS)

@@ -1,13 +1,18 @@
-"""Lesson 10's exercises: a ring all-reduce simulated on a list of ranks, and DistributedSampler's shards.
+"""Lesson 10's exercises: a ring all-reduce simulated on a list of ranks, DistributedSampler's shards and the
+samples it repeats, the full-batch gradient from unequal shards, and the batch at which DDP pays off.
 
 The ring is judged on its messages, which it sends through a ``send`` the check passes in: every rank sends only
 to the next, 2(n - 1) pieces, each a piece of ``tensor_split(n)`` holding the partial sum a ring has reached at
 that step (reduce-scatter, then all-gather); then on the sums every rank ends with.
 """
 
+import dataclasses
+
 import torch
 from torch.utils.data import DistributedSampler
 
+from .. import costmodel
+from ..examples import seeded_randn
 from ..ui.words import plural
 from .check import Case, Exercise, equals, first_difference
 
@@ -133,4 +138,78 @@ DISTRIBUTED_INDICES = Exercise(
     generated=_every_rank_of_up_to_5,
 )
 
-EXERCISES = (RING_ALL_REDUCE, DISTRIBUTED_INDICES)
+
+
+def _shards(sizes: list[int], seed: int) -> tuple[list[torch.Tensor], list[int]]:
+    """A per-rank gradient for each shard size: random, as the shards' own mean gradients would be."""
+    return [seeded_randn(3, 2, seed=seed + rank) for rank in range(len(sizes))], sizes
+
+
+FULL_BATCH_GRADIENT = Exercise(
+    name="full_batch_gradient",
+    task="Write full_batch_gradient(local, sizes): the full-batch gradient, from each rank's own gradient "
+         "local[r] (the mean over its shard of sizes[r] samples).",
+    cases=lambda: [
+        Case("shards of 5 and 3 samples", _shards([5, 3], 0),
+             "a rank's gradient is a mean over its own shard: the mean of the ranks' gradients weighs a small shard "
+             "too much"),
+        Case("shards of 4 and 4", _shards([4, 4], 1)),
+        Case("shards of 2, 7 and 1", _shards([2, 7, 1], 2)),
+        Case("one shard of 6", _shards([6], 3)),
+    ],
+    judge=equals(lambda local, sizes: sum(n * gradient for gradient, n in zip(local, sizes, strict=True)) / sum(sizes)),
+)
+
+
+def _seen_twice(samples: int, ranks: int) -> list[int]:
+    seen = [i for rank in range(ranks) for i in _distributed_indices(samples, rank, ranks)]
+    return sorted({i for i in seen if seen.count(i) > 1})
+
+
+SEEN_TWICE = Exercise(
+    name="seen_twice",
+    task="Write seen_twice(samples, ranks): the samples, sorted, that the ranks see more than once in one epoch "
+         "of DistributedSampler(range(samples), num_replicas=ranks, shuffle=False).",
+    cases=lambda: [
+        Case("10 samples on 3 ranks", (10, 3), "DistributedSampler pads every rank to the same length"),
+        Case("12 samples on 3 ranks", (12, 3)),
+        Case("7 samples on 4 ranks", (7, 4)),
+    ],
+    judge=equals(_seen_twice),
+    generated=lambda: [Case(f"{plural(samples, 'sample')} on {plural(ranks, 'rank')}", (samples, ranks))
+                       for samples in range(1, 15) for ranks in range(1, 6)],
+)
+
+BATCHES = (32, 64, 128, 256, 512, 1024)
+
+
+def _speedup(batch: int, preset: str) -> float:
+    """DDP's predicted speed-up on the preset's 8 GPUs over one, for ResNet-50 with this batch."""
+    return costmodel.predict_speedup(preset, dataclasses.replace(costmodel.EXAMPLE, batch=batch)).ddp[-1]
+
+
+def _smallest_batch(target: float, preset: str) -> int | None:
+    return next((batch for batch in BATCHES if _speedup(batch, preset) >= target), None)
+
+
+SMALLEST_BATCH = Exercise(
+    name="smallest_batch",
+    task=f"Write smallest_batch(target, preset): with the cost model, the smallest batch in {BATCHES} at which DDP "
+         f"on the preset's GPUs is at least `target` times faster than one GPU for ResNet-50 (costmodel.EXAMPLE with "
+         f"another batch), or None.",
+    cases=lambda: [
+        Case("6x on 8 GPUs, PCIe", (6.0, "8 GPUs, PCIe"),
+             "predict_speedup(...).ddp lists the speed-ups for 1 to 8 GPUs: the last is 8 GPUs'"),
+        Case("7.6x on 8 GPUs, PCIe", (7.6, "8 GPUs, PCIe")),
+        Case("7.8x on 8 GPUs, PCIe", (7.8, "8 GPUs, PCIe")),
+        Case("7.9x on 8 GPUs, PCIe", (7.9, "8 GPUs, PCIe")),
+        Case("7.5x on 8 GPUs, NVLink", (7.5, "8 GPUs, NVLink")),
+        Case("exactly batch 128's speed-up on 8 GPUs, PCIe", (_speedup(128, "8 GPUs, PCIe"), "8 GPUs, PCIe"),
+             "at least the target: a batch that reaches it exactly counts"),
+        Case("5x on 8 GPUs, PCIe", (5.0, "8 GPUs, PCIe")),
+        Case("9x on 8 GPUs, PCIe", (9.0, "8 GPUs, PCIe"), "no batch of the list reaches 9x: return None"),
+    ],
+    judge=equals(_smallest_batch),
+)
+
+EXERCISES = (RING_ALL_REDUCE, DISTRIBUTED_INDICES, FULL_BATCH_GRADIENT, SEEN_TWICE, SMALLEST_BATCH)

@@ -1,4 +1,5 @@
-"""Lesson 13's exercises: two all-reduces written with send and recv, run on real ranks next to dist.all_reduce.
+"""Lesson 13's exercises: two all-reduces written with send and recv, run on real ranks next to dist.all_reduce;
+the bytes a ring and reduce-then-broadcast send; and which pieces a reduce leaves untouched.
 
 Each case starts 2, 3 or 4 ranks (``dpcourse.ranks.learner.run_on_ranks``): the learner's function travels there
 as its source, runs on rank r's tensor, and is judged on every rank's result (against ``dist.all_reduce``), on
@@ -11,7 +12,8 @@ import torch
 
 from dpcourse.ranks import learner
 
-from .check import Case, Exercise, first_difference
+from ..ui.words import plural
+from .check import Case, Exercise, equals, first_difference
 
 SLOW = (f"starting the ranks (a few seconds); ranks that wait for each other are stopped after "
         f"{learner.TIMEOUT:g} s")
@@ -112,4 +114,44 @@ RING_ALL_REDUCE_ON_RANKS = Exercise(
     slow=SLOW,
 )
 
-EXERCISES = (REDUCE_THEN_BROADCAST, RING_ALL_REDUCE_ON_RANKS)
+
+
+RING_AND_RANK0 = Exercise(
+    name="ring_and_rank0",
+    task="Write ring_and_rank0(n, nbytes): for an all-reduce of nbytes bytes on n ranks, the bytes each rank sends "
+         "in a ring all-reduce, and the bytes rank 0 sends in reduce-then-broadcast, as a pair.",
+    cases=lambda: [
+        Case("100 MB on 8 ranks", (8, 100_000_000),
+             "a ring sends 2 (n - 1) pieces of nbytes / n; rank 0 sends the whole sum to every other rank"),
+        Case("12 bytes on 2 ranks", (2, 12)),
+        Case("one rank", (1, 64), "alone, a rank sends nothing"),
+    ],
+    judge=equals(lambda n, nbytes: (2 * (n - 1) * nbytes / n, (n - 1) * nbytes)),
+    generated=lambda: [Case(f"{plural(nbytes, 'byte')} on {plural(n, 'rank')}", (n, nbytes))
+                       for n in range(1, 9) for nbytes in (4, 1000, 4 * 25_000_000)],
+)
+
+
+def _reduce_on_3_ranks() -> list[list[tuple[int, ...]]]:
+    """``after_from`` of a reduce to rank 0 over a ring of 3 ranks, each tensor in 3 pieces: rank 0 holds every
+    rank's values; the others hold what passed through them, some pieces untouched."""
+    return [[(0, 1, 2), (0, 1, 2), (0, 1, 2)], [(1,), (1, 2), (0, 1)], [(0, 2), (2,), (2,)]]
+
+
+OWN_PIECES = Exercise(
+    name="own_pieces",
+    task="Write own_pieces(after_from, rank): the pieces of rank `rank`'s tensor that still hold only its own values "
+         "after a collective, where after_from[rank][piece] is the tuple of ranks whose values that piece holds "
+         "(as moved[\"reduce\"].after_from).",
+    cases=lambda: [
+        Case("rank 2 after a reduce on 3 ranks", (_reduce_on_3_ranks(), 2),
+             "a piece that holds rank 2's values and another rank's is a partial sum, not rank 2's own"),
+        Case("rank 1 after a reduce on 3 ranks", (_reduce_on_3_ranks(), 1)),
+        Case("rank 0 after a reduce on 3 ranks", (_reduce_on_3_ranks(), 0), "rank 0 holds the sum everywhere"),
+        Case("rank 1 of 2, a piece from rank 0", ([[(0,), (0,)], [(0,), (1,)]], 1),
+             "a piece holding only another rank's values is not rank 1's own either"),
+    ],
+    judge=equals(lambda after_from, rank: [piece for piece, ranks in enumerate(after_from[rank]) if ranks == (rank,)]),
+)
+
+EXERCISES = (REDUCE_THEN_BROADCAST, RING_ALL_REDUCE_ON_RANKS, RING_AND_RANK0, OWN_PIECES)

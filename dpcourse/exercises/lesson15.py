@@ -1,4 +1,5 @@
-"""Lesson 15's exercises: an optimizer's state in bytes, and DataParallel's surplus on device 0.
+"""Lesson 15's exercises: an optimizer's state in bytes, DataParallel's surplus on device 0, and three questions
+asked of ``memory.predict`` and ``memory.profile_step``.
 
 Both are judged against torch itself: the first against a real optimizer's ``state`` after one step, the second
 against a real DataParallel step counted by ``dpcourse.memory.measure``.
@@ -81,4 +82,71 @@ DEVICE0_SURPLUS = Exercise(
     judge=lambda case, answer: first_difference(case.context["answer"], answer, "device 0 - device 1"),
 )
 
-EXERCISES = (OPTIMIZER_STATE_BYTES, DEVICE0_SURPLUS)
+
+
+def _batch_for_twice(candidates: tuple[int, ...], n: int) -> int | None:
+    for batch in candidates:
+        common = {"devices": n, "batch": batch, "optimizer": "SGD", "model": sized_mlp(classes=32000)}
+        if memory.predict(Setup(kind="DataParallel", **common)).totals[0] > 2 * memory.predict(
+                Setup(kind="DDP", **common)).totals[0]:
+            return batch
+    return None
+
+
+BATCH_FOR_TWICE = Exercise(
+    name="batch_for_twice",
+    task="Write batch_for_twice(candidates, n): with memory.predict, the smallest batch of `candidates` for which "
+         "DataParallel's device 0 holds more than twice what each DDP rank holds (the lesson's MLP with 32000 "
+         "classes, plain SGD, n devices), or None.",
+    cases=lambda: [
+        Case("256 to 16384 on 4 devices", ((256, 1024, 4096, 16384), 4),
+             "compare .totals[0] of a DataParallel Setup and of a DDP Setup with the same batch"),
+        Case("256 to 16384 on 2 devices", ((256, 1024, 4096, 16384), 2)),
+        Case("small batches on 8 devices", ((64, 256, 1024), 8)),
+        Case("batch 16 alone on 4 devices", ((16,), 4), "none of the candidates may be enough: return None"),
+        Case("256 and 1024 on 1 device", ((256, 1024), 1)),
+    ],
+    judge=equals(_batch_for_twice),
+)
+
+
+def _bucket_view_saving(width: int, depth: int, n: int) -> int:
+    per_rank = [memory.predict(Setup(kind="DDP", devices=n, model=sized_mlp(width=width, depth=depth),
+                                     bucket_view=view)).totals[0] for view in (False, True)]
+    return per_rank[0] - per_rank[1]
+
+
+BUCKET_VIEW_SAVING = Exercise(
+    name="bucket_view_saving",
+    task="Write bucket_view_saving(width, depth, n): the bytes gradient_as_bucket_view=True saves on each of n DDP "
+         "ranks for an MLP of this width and depth (memory.sized_mlp), by memory.predict.",
+    cases=lambda: [
+        Case("width 4096, depth 8, 8 ranks", (4096, 8, 8), "Setup(bucket_view=...): predict both and subtract"),
+        Case("width 256, depth 3, 2 ranks", (256, 3, 2)),
+        Case("width 1024, depth 2, 4 ranks", (1024, 2, 4)),
+        Case("width 256, depth 3, 1 rank", (256, 3, 1)),
+    ],
+    judge=equals(_bucket_view_saving),
+)
+
+
+def _peak_against_kinds(setup: Setup) -> tuple[int, str, int]:
+    profiled = memory.profile_step(setup)
+    return profiled.peak, profiled.peak_phase, memory.predict(setup).totals[0]
+
+
+PEAK_AGAINST_KINDS = Exercise(
+    name="peak_against_kinds",
+    task="Write peak_against_kinds(setup): profile one step of `setup` with memory.profile_step and return "
+         "(the allocator's peak in bytes, the phase it happens in, the kinds added up by memory.predict).",
+    cases=lambda: [
+        Case("width 256, depth 3, 10 classes, batch 1024, SGD",
+             (Setup(batch=1024, optimizer="SGD", model=sized_mlp(width=256, depth=3, classes=10)),),
+             "memory.predict(setup).totals[0] adds the kinds up for device 0"),
+        Case("width 64, depth 2, 100 classes, batch 512, Adam",
+             (Setup(batch=512, optimizer="Adam", model=sized_mlp(width=64, depth=2, classes=100)),)),
+    ],
+    judge=equals(_peak_against_kinds),
+)
+
+EXERCISES = (OPTIMIZER_STATE_BYTES, DEVICE0_SURPLUS, BATCH_FOR_TWICE, BUCKET_VIEW_SAVING, PEAK_AGAINST_KINDS)

@@ -26,7 +26,8 @@ BUCKET = zero2.LESSON_BUCKET_BYTES // 4  # values per bucket, float32
 
 
 def schedule(numels: list[int], bucket_numel: int) -> list[tuple[list[int], int]]:
-    """The oracle: DDP's buckets in the order ZeRO-2 reduce-scatters them, each with the gradients still to come.
+    """The oracle: the course's buckets in the order ZeRO-2 reduce-scatters them, each with the gradients still to
+    come.
 
     Backward produces the gradients in reverse parameter order, so a bucket is full when its first parameter's
     gradient arrives, and the gradients still to come are those of the parameters before it.
@@ -64,9 +65,9 @@ def _judge_schedule(case: Case, answer) -> str | None:
         return f"expected a list of (indices, still_to_come) pairs, got {answer!r}"
     buckets = [bucket for bucket, _ in got]
     if buckets != [bucket for bucket, _ in expected]:
-        return (f"expected the buckets {[bucket for bucket, _ in expected]}, got {buckets}. DDP's rule: in parameter "
-                f"order, add parameters to a bucket until it holds at least {bucket_numel} values (the parameter "
-                "that reaches it is in it), then start the next; the last layers' bucket goes first")
+        return (f"expected the buckets {[bucket for bucket, _ in expected]}, got {buckets}. The course's rule: in "
+                f"parameter order, add parameters to a bucket until it holds at least {bucket_numel} values (the "
+                "parameter that reaches it is in it), then start the next; the last layers' bucket goes first")
     return (f"expected gradients still to come {[still for _, still in expected]}, got {[still for _, still in got]}."
             " Backward produces the gradients from the last parameter to the first: when a bucket is full, the "
             "parameters before its first one have no gradient yet")
@@ -76,8 +77,9 @@ REDUCE_SCATTER_SCHEDULE = Exercise(
     name="reduce_scatter_schedule",
     task="Write reduce_scatter_schedule(numels, bucket_numel): the buckets of parameter indices in the order "
          "ZeRO-2 reduce-scatters them, each with the number of gradients backward has still to produce when it "
-         "starts, as a list of (indices, still_to_come). Buckets follow DDP's rule (in parameter order, a bucket "
-         "closes once it holds at least bucket_numel values; then the list is reversed); backward produces the "
+         "starts, as a list of (indices, still_to_come). Buckets follow the course's rule, DDP's under "
+         "find_unused_parameters=True (in parameter order, a bucket closes once it holds at least bucket_numel "
+         "values; then the list is reversed); backward produces the "
          "gradients from the last parameter to the first.",
     cases=lambda: [
         Case("the course model, buckets of 100 values", (COURSE_NUMELS, BUCKET),

@@ -1,4 +1,5 @@
-"""Lesson 20's exercises: ZeRO-3's bytes per step, its all-gather and its reduce-scatter, the last two on real ranks.
+"""Lesson 20's exercises: ZeRO-3's bytes per step (and against a ring all-reduce), its all-gather and its
+reduce-scatter, the last two on real ranks.
 
 ``zero3_bytes_per_step`` is judged against ``sharded.zero3_measure.bytes_per_step`` on a grid of layer sizes and
 ranks (a test holds that formula to the bytes ``ranks.traffic.counted`` counts on real ranks).
@@ -24,7 +25,7 @@ from dpcourse.sharded import zero3_measure
 from dpcourse.sharded.collectives import piece_size, shard_range
 from dpcourse.ui.words import plural
 
-from .check import Case, Exercise, first_difference
+from .check import Case, Exercise, equals, first_difference
 
 # One case each: a launch of the ranks costs seconds, and 3 ranks give uneven slices of the known vector (14
 # numbers: 5, 5, 4) and of the model's last layer (64 parameters: 22, 22, 20).
@@ -235,4 +236,29 @@ SHARD_OF_GRADIENT = Exercise(
     slow=SLOW,
 )
 
-EXERCISES = (ZERO3_BYTES_PER_STEP, GATHER_FULL, SHARD_OF_GRADIENT)
+
+
+def _against_all_reduce(numels: list[int], world_size: int) -> dict[str, int]:
+    return {"reshard": zero3_measure.bytes_per_step(numels, world_size, True),
+            "no reshard": zero3_measure.bytes_per_step(numels, world_size, False),
+            "all-reduce": 2 * (world_size - 1) * -(-sum(numels) // world_size) * 4}
+
+
+ZERO3_AGAINST_ALL_REDUCE = Exercise(
+    name="zero3_against_all_reduce",
+    task="Write zero3_against_all_reduce(numels, world_size): the bytes one rank sends per step, with "
+         "zero3_measure.bytes_per_step, for ZeRO-3 with resharding ('reshard') and without ('no reshard'), and "
+         "for a ring all-reduce of all the layers' float32 gradients as one padded vector ('all-reduce'), as a dict.",
+    cases=lambda: [
+        Case("layers of [135, 240, 64] parameters on 8 ranks", ([135, 240, 64], 8),
+             "a ring all-reduce sends 2 (n - 1) pieces of ceil(total / n) numbers, 4 bytes each"),
+        Case("layers of [7, 5] on 3 ranks", ([7, 5], 3), "12 numbers split evenly on 3 ranks: no padding"),
+        Case("one layer of 10 on 4 ranks", ([10], 4), "10 numbers on 4 ranks are padded to 12"),
+    ],
+    judge=equals(_against_all_reduce),
+    generated=lambda: [Case(f"layers of {list(numels)} parameters, {plural(n, 'rank')}", (list(numels), n))
+                       for numels, n in itertools.product([(1,), (5, 3), (10, 11, 12), (2295, 65280, 1024)],
+                                                          [1, 2, 3, 5, 8])],
+)
+
+EXERCISES = (ZERO3_BYTES_PER_STEP, GATHER_FULL, SHARD_OF_GRADIENT, ZERO3_AGAINST_ALL_REDUCE)

@@ -15,7 +15,7 @@ import ipywidgets as widgets
 
 from ..course import LESSONS as COURSE
 from ..progress import Progress, Snapshot
-from ..ui.controls import NEEDS_KERNEL
+from ..ui.controls import NEEDS_KERNEL, kernel_gone_line
 from .bank import all_questions
 from .schema import Question
 
@@ -110,7 +110,7 @@ class ProgressSummary(widgets.VBox):
         self.refresh_button = widgets.Button(description="Refresh", icon="refresh")
         self.refresh_button.on_click(lambda _: self.refresh())
         self.counts: dict[str, LessonCounts] = {}
-        super().__init__([self.table, self.note, self.refresh_button])
+        super().__init__([self.table, self.note, self.refresh_button, kernel_gone_line()])
         self.refresh()
 
     def __repr__(self) -> str:

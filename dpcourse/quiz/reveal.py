@@ -11,8 +11,15 @@ learner reads one line, ``PLACEHOLDER``, next to a *Show the result without answ
 appears when the quiz ``question`` is answered in this kernel (any answer, right or wrong: the quiz calls
 ``answered``), at once if it was answered before the block ran, or when the learner presses the button. A block
 that answers several quizzes names them all, ``quiz.reveal("14-no-sync-allreduces", "14-forward-outside")``,
-and waits for every one. Nothing of the result is in the visible output before that: even JupyterLab's
-collapsed-output bar, which prints an output's first line, would print the placeholder.
+and waits for every one.
+
+What the lesson says about the result, the question's ``discussion`` in its quiz file (Markdown), comes last in
+the block's output, so it is part of the result: it appears with it, never before the learner answers. A question
+revealed by several blocks has one discussion per block; each block names its ``part``
+(``quiz.reveal("04-threads", part=2)``).
+
+Nothing of the result is in the visible output before that: even JupyterLab's collapsed-output bar, which prints
+an output's first line, would print the placeholder.
 
 Where nobody answers, the block's output goes through as usual. That happens when ``$DPCOURSE_REVEAL`` is
 ``print`` (notebooks/conftest.py sets it for the builds and the tests, so that the instructor edition stores the
@@ -35,7 +42,8 @@ from IPython import get_ipython
 from IPython.display import display
 from IPython.utils.capture import CapturedIO, capture_output
 
-from .bank import load_lesson
+from ..ui.controls import kernel_gone_line
+from .bank import find_question, load_lesson
 from .lessons import LESSONS
 
 MODE_VARIABLE = "DPCOURSE_REVEAL"  # "print": let the output through (builds and tests)
@@ -52,15 +60,15 @@ class HiddenResult(widgets.VBox):
     and ``output`` (an ``ipywidgets.Output`` whose ``outputs`` hold what the block printed and displayed).
     """
 
-    def __init__(self, questions: tuple[str, ...], captured: CapturedIO) -> None:
+    def __init__(self, questions: tuple[str, ...], captured: CapturedIO, discussion: str = "") -> None:
         self.questions = questions
         self.unanswered = set(questions) - _answered
         self.placeholder = widgets.HTML(f"<p><i>{PLACEHOLDER if len(questions) == 1 else PLACEHOLDER_SEVERAL}</i></p>")
         self.show_button = widgets.Button(description=SHOW, icon="eye", layout=widgets.Layout(width="auto"))
         self.show_button.on_click(self.show)
         self.output = widgets.Output(layout=widgets.Layout(display="none"))
-        self.output.outputs = outputs_of(captured)
-        super().__init__([self.placeholder, self.show_button, self.output])
+        self.output.outputs = outputs_of(captured) + ((markdown_output(discussion),) if discussion else ())
+        super().__init__([self.placeholder, self.show_button, self.output, kernel_gone_line()])
 
     @property
     def shown(self) -> bool:
@@ -88,6 +96,11 @@ def outputs_of(captured: CapturedIO) -> tuple[dict, ...]:
         *({"output_type": "display_data", "data": as_text(out.data), "metadata": out.metadata or {}}
           for out in captured.outputs),
     )
+
+
+def markdown_output(text: str) -> dict:
+    """A display of the Markdown ``text`` (a discussion), as nbformat stores it: its plain text is the text too."""
+    return {"output_type": "display_data", "data": {"text/markdown": text, "text/plain": text}, "metadata": {}}
 
 
 def as_text(data: dict) -> dict:
@@ -120,8 +133,9 @@ def passes_through() -> bool:
 
 
 @contextlib.contextmanager
-def reveal(*questions: str) -> Iterator[None]:
-    """Run the block; what it prints and displays answers the quizzes ``questions`` and stays hidden until then.
+def reveal(*questions: str, part: int = 1) -> Iterator[None]:
+    """Run the block; what it prints and displays answers the quizzes ``questions`` and stays hidden until then,
+    followed by the discussion of the result (the first question's ``discussion``, its ``part``-th entry).
 
     ``questions`` are question ids (``"02-ten-rows-four-devices"``); an unknown id raises ``KeyError``.
     """
@@ -130,16 +144,19 @@ def reveal(*questions: str) -> Iterator[None]:
                         'quiz.reveal("02-ten-rows-four-devices").')
     for question in questions:
         check_id(question)
+    discussion = find_question(questions[0]).discussion_of(part)  # a wrong part fails before the block runs
     if passes_through():
         yield
+        if discussion and get_ipython() is not None:  # a script has no Markdown to show: its prints are the result
+            display(markdown_output(discussion)["data"], raw=True)
         return
     failed = True
     try:
         with capture_output() as captured:
             yield
         failed = False
-    finally:  # an error in the block shows the result at once, and its traceback after it
-        result = HiddenResult(questions, captured)
+    finally:  # an error in the block shows the result at once, and its traceback after it (no discussion)
+        result = HiddenResult(questions, captured, "" if failed else discussion)
         if failed or not result.unanswered:
             result.show()
         else:

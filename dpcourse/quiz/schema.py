@@ -11,6 +11,10 @@ Each question is a ``[[question]]`` table::
     explanation = "`torch.chunk` makes chunks of ceil(10 / 4) = 3 rows ..."
     experiment = "ten_rows_on_four_devices"  # a function in dpcourse/quiz/experiments/lesson02.py
     sources = ["article: DataParallel basics in PyTorch - Deep Dive", "torch/nn/parallel/scatter_gather.py: scatter"]
+    discussion = '''
+    Markdown that interprets the result: shown under it, once the quiz is answered (``quiz.reveal``).
+    '''
+    clues = ["chunk shapes: [[3, 8], [3, 8], [3, 8], [1, 8]]"]  # texts that give the answer away
 
 ``prompt`` and ``explanation`` are plain text: a blank line starts a paragraph, `backticks` mark code and
 *stars* emphasis (``widget.markup``). The three kinds, and what ``answer`` holds:
@@ -21,6 +25,16 @@ Each question is a ``[[question]]`` table::
   absolute difference. The learner may type ``3``, ``0.25`` or ``1/4``.
 * ``"shape"``: ``answer`` is a shape in any spelling (``"(4,)"``, ``"[4]"``, ``"4"``, ``"torch.Size([4])"`` or
   the array ``[4]``); the learner's answer is normalised the same way (``dpcourse.quiz.answers``).
+
+``discussion`` (optional) is what the lesson says about the result, as Markdown: ``quiz.reveal`` shows it under
+the block's output, so it appears together with the result and never before the learner answers. It belongs to
+the block whose first id is this question's; a question revealed by several blocks has a list, one entry per
+block in lesson order (``""`` for a block with nothing to discuss), and each block names its ``part``
+(``quiz.reveal("04-threads", part=2)``).
+
+``clues`` (optional) lists texts that would give the answer away if a learner could read them before answering,
+besides the keyed option's text and a number answer, which count anyway: the giveaway tests look for all of
+them in what a person sees between the quiz and the next quiz or heading (tests/answer_clues.py).
 
 ``sources`` cites where the fact comes from, each entry in one of these forms:
 
@@ -84,6 +98,16 @@ class Question:
     sources: tuple[str, ...]
     options: tuple[str, ...] = dataclasses.field(default=(), metadata={"kind": "choice"})
     tolerance: float = dataclasses.field(default=0.0, metadata={"kind": "number"})
+    discussion: tuple[str, ...] = ()  # Markdown under each revealing block's result, one entry per block
+    clues: tuple[str, ...] = ()  # texts that give the answer away
+
+    def discussion_of(self, part: int = 1) -> str:
+        """The Markdown that discusses the result of this question's ``part``-th revealing block ("" for none)."""
+        if not 1 <= part <= max(len(self.discussion), 1):
+            raise ValueError(f"quiz.reveal({self.id!r}, part={part}): question {self.id} has "
+                             f"{len(self.discussion)} discussion part(s) in {self.lesson}.toml; use part=1 to "
+                             f"{max(len(self.discussion), 1)}.")
+        return self.discussion[part - 1] if self.discussion else ""
 
     def accepts(self, response: Any) -> bool:
         """Whether ``response`` (the learner's text, or an experiment's measured value) is the answer.
@@ -157,6 +181,8 @@ def _problems(table: dict[str, Any], lesson: str) -> list[str]:
     if isinstance(experiment, str) and experiment not in EXPERIMENTS:
         errors.append(f"unknown experiment {experiment!r}; add it to dpcourse/quiz/experiments/lesson{lesson[:2]}.py")
     errors += _source_problems(table.get("sources"))
+    errors += _text_list_problems(table, "discussion", blanks_allowed=True)
+    errors += _text_list_problems(table, "clues", blanks_allowed=False)
     if "kind" in table and kind not in KINDS:
         errors.append(f"kind {kind!r} is not one of {list(KINDS)}")
     if kind in KINDS:
@@ -165,6 +191,26 @@ def _problems(table: dict[str, Any], lesson: str) -> list[str]:
         if "answer" in table:
             errors += {"choice": _choice_problems, "number": _number_problems, "shape": _shape_problems}[kind](table)
     return errors
+
+
+def _text_list_problems(table: dict[str, Any], name: str, blanks_allowed: bool) -> list[str]:
+    """``discussion`` is a text or a list of texts (some may be empty, one per revealing block); ``clues`` a list of
+    non-empty texts."""
+    value = table.get(name)
+    if value is None or (name == "discussion" and isinstance(value, str) and value.strip()):
+        return []
+    texts = value if isinstance(value, list) else None
+    if texts and all(isinstance(text, str) for text in texts) and any(text.strip() for text in texts) and (
+            blanks_allowed or all(text.strip() for text in texts)):
+        return []
+    if name == "discussion":
+        return ["'discussion' must be Markdown text, or a list of texts (one per revealing block, \"\" for none)"]
+    return ["'clues' must be a list of non-empty strings"]
+
+
+def _as_texts(value: str | list[str] | None) -> tuple[str, ...]:
+    """A text or a list of texts, as a tuple, each stripped of the blank lines around it."""
+    return tuple(text.strip("\n") for text in ([value] if isinstance(value, str) else value or []))
 
 
 def _source_problems(sources: Any) -> list[str]:
@@ -227,4 +273,5 @@ def _question(table: dict[str, Any], lesson: str) -> Question:
     """The ``Question`` of a well-formed table: the answer read as its kind's type, the lists made tuples."""
     answer = {"choice": str, "number": float, "shape": answers.parse_shape}[table["kind"]](table["answer"])
     return Question(**{**table, "lesson": lesson, "answer": answer, "sources": tuple(table["sources"]),
-                       "options": tuple(table.get("options", ())), "tolerance": float(table.get("tolerance", 0.0))})
+                       "options": tuple(table.get("options", ())), "tolerance": float(table.get("tolerance", 0.0)),
+                       "discussion": _as_texts(table.get("discussion")), "clues": _as_texts(table.get("clues"))})

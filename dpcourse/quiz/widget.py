@@ -11,7 +11,7 @@ import re
 
 import ipywidgets as widgets
 
-from dpcourse.ui.controls import ANSWER_SLOT, NEEDS_KERNEL, reports_errors, show_png
+from dpcourse.ui.controls import ANSWER_SLOT, NEEDS_KERNEL, kernel_gone_line, reports_errors, show_png
 from dpcourse.ui.png import css_width, png_bytes
 
 from ..progress import Progress
@@ -111,6 +111,7 @@ class QuizWidget(widgets.VBox):
                 self.experiment_button,
                 self.result,
                 self.figure,
+                kernel_gone_line(),
             ]
         )
 

@@ -1,5 +1,6 @@
-"""What every course widget shares with the quiz: a figure shown as a PNG, errors shown in the widget, and the
-sentence a saved widget shows until its cell runs (with, for a quiz, the place of the learner's last answer)."""
+"""What every course widget shares with the quiz: a figure shown as a PNG, errors shown in the widget, the
+sentence a saved widget shows until its cell runs (with, for a quiz, the place of the learner's last answer), and
+the line a running widget shows once its kernel has gone."""
 
 import functools
 import runpy
@@ -20,6 +21,28 @@ NEEDS_KERNEL = "dpcourse-run-this-cell"
 _SAVED = runpy.run_path(str(Path(__file__).resolve().parents[1] / "jupyter_config" / "run_this_cell.py"))
 RUN_THIS_CELL: str = _SAVED["RUN_THIS_CELL"]
 ANSWER_SLOT: str = _SAVED["ANSWER_SLOT"]  # where the server writes a quiz's last answer (quiz.widget.answer_slot)
+
+# The class of the line that says a widget's kernel has gone, and the line. After Kernel → Restart (or a kernel that
+# stopped), JupyterLab keeps showing the widgets, but their clicks reach no kernel: ipywidgets marks each such view
+# ``jupyter-widgets-disconnected``, and only then does the style show the line, which a click lights up. The
+# build blanks it in the saved state (``notebooks/build.py``), where the run-this-cell sentence already speaks.
+KERNEL_GONE = "dpcourse-kernel-gone"
+KERNEL_GONE_LINE = f"""<style>
+.{KERNEL_GONE}:not(.jupyter-widgets-disconnected) {{ display: none; }}
+.jp-OutputArea-child:has(.{KERNEL_GONE}.jupyter-widgets-disconnected) .jupyter-widgets-disconnected::before {{
+  content: none; }}
+.jp-OutputArea-child:has(.jupyter-widgets-disconnected :is(:focus, :active)) .{KERNEL_GONE} p {{
+  background: #fff3bf; outline: 2px solid #f08c00; }}
+</style>
+<p><b>▶ Run this cell again</b>: the kernel has restarted or stopped, and these controls need it running.</p>
+"""
+
+
+def kernel_gone_line() -> widgets.HTML:
+    """The line a course widget ends with: hidden while its kernel runs, shown once it has gone."""
+    line = widgets.HTML(KERNEL_GONE_LINE)
+    line.add_class(KERNEL_GONE)
+    return line
 
 
 def show_png(image: widgets.Image, png: bytes, width: str) -> None:

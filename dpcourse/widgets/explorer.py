@@ -15,7 +15,7 @@ from typing import Any
 import ipywidgets as widgets
 from matplotlib.figure import Figure
 
-from dpcourse.ui.controls import ERROR_STYLE, NEEDS_KERNEL, show_png
+from dpcourse.ui.controls import ERROR_STYLE, NEEDS_KERNEL, kernel_gone_line, show_png
 from dpcourse.ui.look_ahead import LookAhead, likely_values
 from dpcourse.ui.png import rendered
 
@@ -95,7 +95,7 @@ class Explorer(widgets.VBox):
         self.message.add_class(NEEDS_KERNEL)
         self._pngs: dict[Hashable, tuple[bytes, str]] = {}  # per setting: the PNG and its css_width
         self._look_ahead = LookAhead()
-        self.children = [*rows, self.image, self.message]
+        self.children = [*rows, self.image, self.message, kernel_gone_line()]
 
     def figure_png(self, key: Hashable, make: Callable[[], Figure]) -> tuple[bytes, str]:
         """The PNG and ``css_width`` of the figure ``make()`` draws, rendered once per ``key`` (``png.rendered``:

@@ -4,9 +4,9 @@
 2. the cells run again, saved, the kernel restarted and the page reloaded.
 
 After each, no widget says "Error displaying widget: model not found": the cells the learner ran show the
-sentence that asks to run the cell (the server wrote it on save, ``dpcourse/jupyter_config/``), the others their
-saved widgets. Also checked on the way: after a save the open tab keeps its live widgets, a second save does not
-find the file "changed on disk", and the lesson reopens unmodified.
+sentence that asks to run the cell (the server wrote it on save, ``dpcourse/jupyter_config/``), a quiz among them
+its question still, the others their saved widgets. Also checked on the way: after a save the open tab keeps its
+live widgets, a second save does not find the file "changed on disk", and the lesson reopens unmodified.
 """
 
 import json
@@ -26,6 +26,9 @@ from lab_notebook import (
     stored_widget_views,
 )
 from lab_server import SETTINGS, CourseLab
+
+from dpcourse.quiz import find_question
+from tests.answer_clues import asked, readable
 
 pytestmark = pytest.mark.browser
 
@@ -126,6 +129,11 @@ def assert_no_missing_models(lesson: LabNotebook, path: Path, ran: list[int], wh
     outputs = lesson.widget_views()
     silent = [index for index in ran if RUN_THIS_CELL not in outputs[index]["text"]]
     assert not silent, f"{when}: cells {silent} show neither their widget nor '{RUN_THIS_CELL}': {outputs[silent[0]]}"
+    cells = nbformat.read(path, as_version=4).cells
+    for index in ran:  # an answered quiz keeps its question: the prompt, as the page shows it
+        for question in asked(cells[index].source):
+            prompt = readable(find_question(question).prompt)[:60]
+            assert prompt in readable(lesson.cell(index).inner_text()), f"{when}: quiz {question} lost its question"
     state = lesson.evaluate(KERNEL_METADATA_APPLIED)
     assert not state["dirty"], f"{when}: {LESSON} opened modified; JupyterLab wrote {state}"
 

@@ -25,6 +25,7 @@ from lab_notebook import stored_widget_views
 from playwright.sync_api import Page, Route, expect
 
 from dpcourse.quiz import find_question
+from tests.answer_clues import CELL_TEXTS, giveaways
 from tests.site_builder import site_builder
 
 pytestmark = pytest.mark.browser
@@ -199,6 +200,11 @@ def test_lesson_page_renders_its_saved_widgets(notebook: Path, offline: OfflineP
         page.screenshot(path=ARTIFACTS / "site" / f"{notebook.stem}.png", full_page=True)
 
 
+# A page's cells, in the notebook's order (tests/answer_clues.py's CELL_TEXTS reads what each shows).
+PAGE_CELLS = ("const CELLS = Array.from(document.querySelectorAll('.jp-Cell'))"
+              ".filter(cell => !cell.parentElement.closest('.jp-Cell'));")
+
+
 def collapsed_cells(notebook: Path) -> dict[str, int]:
     """How many code cells the notebook keeps collapsed: solutions (source) and revealing outputs."""
     cells = [c for c in nbformat.read(notebook, as_version=4).cells if c.cell_type == "code"]
@@ -221,7 +227,8 @@ def expect_collapsed(page: Page, notebook: Path) -> None:
 
 @pytest.mark.parametrize("notebook", NOTEBOOKS, ids=lambda path: path.stem)
 def test_lesson_page_is_honest_without_a_kernel(notebook: Path, offline: OfflinePage, site_url: str) -> None:
-    """Widgets: a note each, every control disabled. Solutions and revealing outputs: collapsed, one click away."""
+    """Widgets: a note each, every control disabled. Solutions and revealing outputs: collapsed, one click away.
+    Between each quiz and the next quiz or heading, no clue of its answer can be read (``giveaways``)."""
     page = offline.page
     page.goto(f"{site_url}/lessons/{notebook.stem}.html")
     expected = stored_widget_views(notebook)
@@ -233,6 +240,9 @@ def test_lesson_page_is_honest_without_a_kernel(notebook: Path, offline: Offline
     assert not state["usable"], f"{notebook.stem}: controls that look live without a kernel:\n" + "\n".join(
         state["usable"])
     expect_collapsed(page, notebook)
+    shown = page.evaluate("() => {" + PAGE_CELLS + CELL_TEXTS + "}")
+    found = giveaways(nbformat.read(notebook, as_version=4), shown)
+    assert not found, f"{notebook.stem}: answers readable before the closed <details>:\n  " + "\n  ".join(found)
     summaries = page.locator("details.dpcourse-hidden-output > summary")
     if summaries.count():
         summaries.first.click()

@@ -52,10 +52,12 @@ def prefetch_peak() -> Outcome:
     ways = _rank_0()
     shown = {way: ways[way] for way in ("DDP", "ZeRO-3", "ZeRO-3, prefetch")}
     plain, early = (max(ways[way]["allocated"]) for way in ("ZeRO-3", "ZeRO-3, prefetch"))
+    layer = max(4 * 2 * -(-numel // 2) for numel in ways["ZeRO-3"]["numels"])  # the largest gathered copy, padded
     text = (f"rank 0 of 2, the allocator's peak over one step: ZeRO-3 {plain:,} bytes, with prefetch {early:,} bytes "
-            f"({early - plain:+,}).")
+            f"({early - plain:+,}; the largest layer's gathered copy is {layer:,} bytes).")
     value = only_true({
-        "Higher: two layers are whole at once": early > plain,
+        # one more gathered layer at a time: the rise is at most its bytes; a larger rise is something else
+        "Higher: the next layer is gathered while the current one is still whole": plain < early <= plain + layer,
         "The same: the next layer is gathered anyway": early == plain,
         "Lower: the gather is over sooner": early < plain,
     })

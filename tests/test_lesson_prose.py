@@ -43,6 +43,9 @@ TERMS = {
     "version counter": re.compile(r"\bversion counters?\b", re.IGNORECASE),
     "intra-op threads": re.compile(r"\bintra-op\b", re.IGNORECASE),
     "cuDNN": re.compile(r"\bcuDNN\b"),
+    "CUDA stream": re.compile(r"\bCUDA streams?\b"),
+    "PCIe": re.compile(r"\bPCIe\b"),
+    "NVLink": re.compile(r"\bNVLink\b"),
 }
 # Defined in the glossary and linked at first use in lessons 00-17; lessons 18-21 join the rule (move the term
 # into TERMS) once their first uses link to the glossary.

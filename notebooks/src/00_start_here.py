@@ -55,7 +55,7 @@ def in_order(spans):
     return " → ".join(step if n == 1 else f"{step} ×{n}" for step, n in runs)
 
 
-with quiz.reveal("00-four-steps"):
+with quiz.reveal("00-four-steps", part=1):
     devices = dpcourse.devices(3)
     model = examples.make_model().to(devices[0])  # the model goes to devices[0] before it is wrapped
     x, y = examples.make_batch(10, device=devices[0])
@@ -67,33 +67,15 @@ with quiz.reveal("00-four-steps"):
     print("forward: ", in_order(t.spans[:first_backward]))
     print("backward:", in_order(t.spans[first_backward:]))
 
-# %% [markdown]
-# | step | forward | backward |
-# |---|---|---|
-# | **scatter** | split the batch into chunks with `torch.chunk`, chunk i for device i | concatenate the chunks' gradients (only when the input needs one; here it does not) |
-# | **replicate** | copy the model onto every device that got a chunk | **reduce-add**: sum the copies' gradients into the model's `.grad` |
-# | **parallel_apply** | run replica i on chunk i, one thread per replica | each replica's own backward, through autograd |
-# | **gather** | concatenate the outputs on one device | **gather-backward**: split the output's gradient back to the replicas |
-#
-# torch's `DataParallel.forward` and dpcourse's call the four steps in the same order, on the same arguments
-# (torch names the devices `device_ids`). Note `[: len(inputs)]`: scatter runs first because the number of
-# chunks decides how many replicas are built.
-
 # %% tags=["reveals-answer"]
 def step_lines(forward):
     pattern = r"self\.(scatter|replicate|parallel_apply|gather)\("
     return [line.strip() for line in inspect.getsource(forward).splitlines() if re.search(pattern, line)]
 
 
-with quiz.reveal("00-four-steps"):
+with quiz.reveal("00-four-steps", part=2):
     pairs = zip(step_lines(torch.nn.DataParallel.forward), step_lines(dpcourse.DataParallel.forward))
     print("\n\n".join(f"torch:    {theirs}\ndpcourse: {ours}" for theirs, ours in pairs))
-
-# %% [markdown]
-# **The guided tour.** The explorer below runs one real training step and keeps every intermediate tensor.
-# Click **Next** to walk through it stage by stage, from the inputs to the optimizer step, and move the
-# sliders to change the number of devices or the batch.
-# It needs a running kernel: run the cell first.
 
 # %%
 widgets.StepThrough(devices=4, batch=10)
@@ -114,26 +96,6 @@ with quiz.reveal("00-laptop-passthrough"):
     print("GPUs visible to torch:         ", torch.cuda.device_count())
     print("torch.nn.DataParallel device_ids:", torch.nn.DataParallel(examples.make_model()).device_ids)
     print("dpcourse.devices(3):           ", dpcourse.devices(3))
-
-# %% [markdown]
-# Without a GPU, torch's wrapper keeps `device_ids = []` and its forward just calls your model
-# (`torch/nn/parallel/data_parallel.py`, `__init__` and `forward`): nothing is split, copied or run in threads.
-# With one GPU, `device_ids` is `[0]`: `__init__` moves your model to `cuda:0` itself, and forward moves the
-# inputs there and calls the model, again without a split or a thread; the output is on `cuda:0`.
-# That is why the course has its own implementation. `dpcourse.devices(n)` returns n devices for n replicas,
-# in one of three modes (`dpcourse/devices.py`):
-#
-# - **n GPUs or more**: one replica per GPU, the real thing;
-# - **fewer GPUs**: replicas share the GPUs round-robin, so every GPU is used; every copy, thread and sum
-#   happens, and the replicas that share a GPU take turns on it, so expect little speed-up (none on one GPU);
-# - **no GPU**: n CPU "devices": every replica is a real copy of the parameters, run in its own thread.
-#
-# CPU devices show everything DataParallel *computes*: how the batch is cut, the copies and which memory they
-# share, lost attribute updates, the gradient sum, the threads. They cannot show what depends on separate
-# memories: device-mismatch errors (all CPU memory is one device), the cost of moving data between GPUs, GPU
-# speed, or device 0 filling up. The lessons say so each time. Setting the environment variable
-# `DPCOURSE_DEVICES=cpu` gives CPU devices on a GPU machine too; the tests do, so the stored outputs match
-# everywhere.
 
 # %% [markdown]
 # ## How the course works
@@ -169,8 +131,10 @@ with quiz.reveal("00-laptop-passthrough"):
 #   Show)". Pick an answer and press *Check my answer*: the result appears under the cell, and the quiz shows
 #   its explanation and a *Run the experiment* button, which runs dpcourse and measures the answer. Any answer,
 #   right or wrong, shows the result; *Show the result without answering* shows it without one.
-# - **Exercises** end every lesson. Their solution cells are collapsed (click the cell's bar or its `…` to open
-#   one); try first, then run the check cell below it.
+# - **Exercises** end every lesson. Each is a function to write: replace the line that raises
+#   `NotImplementedError("Your code here ...")` with your code, run the cell, then the check cell below it,
+#   which tries your function on several cases and says what differs. Until you write it, the check says "not
+#   attempted yet". The instructor edition (`notebooks/*.ipynb`) holds the solutions.
 # - **Terms** such as [GIL](#Glossary), [NCCL](#Glossary) or [all-reduce](#Glossary) are defined in the
 #   Glossary at the end of this page; every lesson links there where it first uses one.
 # - **Your answers are saved** in `~/.dpcourse/progress.json` (or the file named by the environment variable
@@ -204,6 +168,9 @@ quiz.ProgressSummary()
 # | **rank** | one process of a distributed job, numbered 0, 1, … up to the world size − 1 (the number of processes). DDP runs one rank per GPU, each a separate Python process with its own copy of the model (lesson 10). |
 # | **process group** | the ranks that communicate with each other, and the *backend* that carries their messages: NCCL between GPUs, gloo between CPUs. `torch.distributed.init_process_group(backend, rank=…, world_size=…)` makes the default one; collectives (see all-reduce) run within a group (lessons 10, 13). |
 # | **GIL** | CPython's *global interpreter lock*: in one process, only the thread holding it runs Python code. A thread lets go when it waits, when it calls C code that releases the lock (most torch operations do while they compute), and otherwise after a switch interval (`sys.getswitchinterval()`), so threads overlap only in such C code. DataParallel's replicas are threads of one process (lesson 04); DDP's ranks are processes, each with its own GIL (lesson 10). |
+# | **CUDA stream** | "a linear sequence of execution that belongs to a specific device, independent from other streams" (`torch/cuda/streams.py: Stream`): a queue of GPU work, kernels and copies. Python only appends work to a stream and goes on; the GPU runs one stream's work in the order it was queued, while work on different streams may overlap. `torch.cuda.current_stream(device)` is the stream a thread queues on by default; waiting on the host until a stream's work is done is a *synchronization* (`torch.cuda.synchronize()`). Lessons 09 and 10. |
+# | **PCIe** | *PCI Express*: the bus between a GPU and the CPU's memory, and in many machines the only path between two GPUs. Its speed depends on generation and width: 16 lanes of PCIe 4.0, the link of NVIDIA's A100 PCIe card, carry about 31.5 GB/s in each direction (16 GT/s per lane, 128b/130b encoding; the A100 datasheet's "PCIe Gen4: 64GB/s" counts both directions). Lessons 09 and 10. |
+# | **NVLink** | NVIDIA's direct link between GPUs, beside PCIe and much faster: 600 GB/s per A100 in its datasheet, both directions together, against PCIe 4.0's 64 GB/s. Lessons 09 and 10. |
 # | **NCCL** | NVIDIA's *Collective Communications Library* ("nickel"): broadcast, reduce, all-reduce and more between GPUs, over NVLink, PCIe or the network. torch's DataParallel uses it to broadcast the parameters and reduce the gradients when every device is a separate GPU, and DDP uses it as the process-group backend for GPUs. It splits a transfer into pieces and passes them along a chain or ring of GPUs, so all links work at once. |
 # | **P2P** | *peer-to-peer*: one GPU reading or writing another GPU's memory directly, over PCIe or NVLink, without a stop in host memory. NCCL uses it where the hardware allows; `NCCL_P2P_DISABLE=1` turns it off, a known workaround for machines where it hangs. |
 # | **all-reduce** | a *collective* (an operation every rank of a process group calls together, lesson 13): every rank passes a tensor of the same shape and gets back, in place, the elementwise combination of all of them, the sum by default. It gives the same result as a reduce followed by a broadcast, or a reduce-scatter followed by an all-gather; a ring all-reduce sends 2(N−1)/N·S bytes per rank for a tensor of S bytes. DDP all-reduces gradients (lessons 10, 13). DataParallel's reduce-add is a *reduce*: the result goes to one device only, `devices[0]`. |
@@ -229,31 +196,37 @@ quiz.ProgressSummary()
 # - Without a GPU, `torch.nn.DataParallel` is a pass-through; `dpcourse.devices(n)` gives n CPU devices instead.
 #
 # ## Exercises
-# 1. With a batch of 5 rows on 4 devices, how many replica forwards run? Count the `forward` spans of a trace.
-# 2. With a single device, DataParallel takes a shortcut. Which steps does a trace record then?
-
-# %% tags=["solution"]
-devices4 = dpcourse.devices(4)
-with dpcourse.trace() as t1:
-    x5, _ = examples.make_batch(5, device=devices4[0])
-    dpcourse.DataParallel(examples.make_model().to(devices4[0]), devices=devices4)(x5)
-replica_forwards = len(t1.steps("forward"))
+# 1. With a batch of 5 rows on 4 devices, how many replica forwards run? Write `replica_forwards(batch, n)`, which
+#    counts the `forward` spans of a trace, then run the check.
+# 2. With a single device, DataParallel takes a shortcut. Which steps does a trace record then? Write
+#    `single_device_steps(model, x)`, the step of every span, in order.
 
 # %%
-assert replica_forwards == len(x5.chunk(4)), (
-    f"replica_forwards is {replica_forwards}: count the forward spans of the trace, one per replica that ran")
-print("exercise 1: right, one replica forward per chunk that scatter made")
+from dpcourse import exercises
+
 
 # %% tags=["solution"]
-devices1 = dpcourse.devices(1)
-with dpcourse.trace() as t2:
-    dpcourse.DataParallel(examples.make_model().to(devices1[0]), devices=devices1)(x)
-single_device_steps = [s.step for s in t2.spans]
+def replica_forwards(batch, n):
+    ### BEGIN SOLUTION
+    chosen = dpcourse.devices(n)
+    x, _ = examples.make_batch(batch, device=chosen[0])
+    with dpcourse.trace() as t:
+        dpcourse.DataParallel(examples.make_model().to(chosen[0]), devices=chosen)(x)
+    return len(t.steps("forward"))
+    ### END SOLUTION
+
 
 # %%
-one_device = dpcourse.devices(1)
-with dpcourse.trace() as reference:  # the check runs the shortcut itself and compares the steps recorded
-    dpcourse.DataParallel(examples.make_model().to(one_device[0]), devices=one_device)(x)
-assert single_device_steps == [s.step for s in reference.spans], (
-    f"single_device_steps is {single_device_steps}: list the step of every span the trace recorded, in order")
-print("exercise 2: only", single_device_steps, "- then the model itself is called: no replicate, no threads, no gather")
+exercises.check("replica_forwards", replica_forwards)
+
+# %% tags=["solution"]
+def single_device_steps(model, x):
+    ### BEGIN SOLUTION
+    with dpcourse.trace() as t:
+        dpcourse.DataParallel(model, devices=dpcourse.devices(1))(x)
+    return [span.step for span in t.spans]
+    ### END SOLUTION
+
+
+# %%
+exercises.check("single_device_steps", single_device_steps)

@@ -34,12 +34,6 @@ with quiz.reveal("02-ten-rows-four-devices"):
     print("chunk shapes:", [list(c.shape) for c in chunks])
     display(viz.chunk_split(10, 4))
 
-# %% [markdown]
-# The shapes above follow `torch.chunk`'s rule: chunks of `ceil(B / n)` rows, and whatever is left for the
-# last one. The chunks are not copies: on the same device each chunk is a **view** of the input (a slice of the same
-# memory). On GPUs a chunk whose device differs from the input's is copied there; chunk 0 of an input that
-# already lives on `devices[0]` stays a view (`torch/csrc/cuda/comm.cpp`, `scatter`).
-
 # %%
 print("chunk 0 shares the input's memory:", chunks[0].data_ptr() == x.data_ptr())
 
@@ -56,12 +50,6 @@ with quiz.reveal("02-six-rows-four-devices"):
         sizes = [c.shape[0] for c in dpcourse.scatter(torch.zeros(batch, 8), devices)]
         print(f"{batch:2d} rows on 4 devices -> chunks {sizes}: {len(sizes)} replicas run")
     display(viz.chunk_split(6, 4))
-
-# %% [markdown]
-# `ceil(B / n)`-sized chunks can run out before the devices do, and not only when B < n: `torch.chunk` promises
-# *at most* n chunks. DataParallel only builds replicas for the devices that got a chunk
-# (`devices[:len(inputs)]`). The fourth device sits idle, and nothing warns you (pytorch/pytorch#9226 asked for
-# a warning; it was declined because last batches are often small).
 
 # %% [markdown]
 # ## Nested inputs: tuples, lists, dicts, namedtuples
@@ -91,12 +79,6 @@ with quiz.reveal("02-mismatched-batches"):
     per_device = dpcourse.scatter((torch.zeros(10, 2), torch.zeros(3, 2)), devices)
     print(len(per_device), "entries:", [[list(t.shape) for t in entry] for entry in per_device])
 
-# %% [markdown]
-# Entries are `zip`ped, so the **shortest** leaf decides how many replicas run, and the extra rows of the
-# longer tensors are dropped without a word.
-#
-# A recurrent model's initial state is a tensor too, with its batch on dim 1:
-
 # %%
 quiz.ask("02-lstm-hidden-state")
 
@@ -104,12 +86,6 @@ quiz.ask("02-lstm-hidden-state")
 with quiz.reveal("02-lstm-hidden-state"):
     h0 = torch.zeros(2, 4, 2)  # (num_layers, batch, hidden), as in the question
     print("h0 chunks on 2 devices:", [list(chunk.shape) for chunk in dpcourse.scatter(h0, devices[:2])])
-
-# %% [markdown]
-# Every tensor is split along the same `dim`, 0 by default, whatever it holds: each replica gets one *layer*
-# of the state for the whole batch, and the LSTM then raises "Expected hidden[0] size (2, 2, 2), got
-# [1, 4, 2]" (lesson 07 runs it). Build the state inside `forward` from `x.size(0)`, or pass it batch-first
-# and transpose it inside `forward`.
 
 # %% [markdown]
 # ## Non-tensors are shared by reference
@@ -148,20 +124,6 @@ with quiz.reveal("02-keyword-missing-argument"):
     for i, (args, kw) in enumerate(zip(inputs, kwargs)):
         print(f"replica {i}: args {[list(a.shape) for a in args]}, kwargs {list(kw)}")
     display(viz.chunk_split(8, 4, kwargs_batches={"mask": 2}))
-
-# %% [markdown]
-# dpcourse's `scatter_kwargs` pads the shorter side with `()` or `{}`, and a replica that gets the padding is
-# called **without** those arguments: here replicas 2 and 3 would be called as `forward(x)` with no `mask`,
-# the classic "forward() missing 1 required positional argument … Caught TypeError in replica 2"
-# (pytorch/pytorch#15161, #31460).
-#
-# torch 2.13 does not get that far with this call (the figure's title says so). Its `scatter_kwargs` pads
-# the positional side as dpcourse does, but pads the keyword side only while it is shorter than `inputs`,
-# the tuple of positional *arguments*, not the scattered chunks (`torch/nn/parallel/scatter_gather.py:103`).
-# With one positional argument that never happens, so torch's `parallel_apply` gets 4 replicas and 2 keyword
-# dicts and fails with "The number of modules 4 is not equal to the number of kwargs_tup 2"
-# (`torch/nn/parallel/parallel_apply.py:54-59`). Either way the fix is the same: give every scattered
-# argument the same batch size (or pass non-batch values as non-tensors).
 
 # %% [markdown]
 # ## Scatter in backward
@@ -226,24 +188,27 @@ exercises.check("scatter_rows", scatter_rows)
 # - In backward the chunks' gradients are concatenated back onto the input's device.
 #
 # ## Exercises
-# 1. For which batch sizes from 1 to 16 do all 4 devices get a chunk? Write `all_devices_busy(batch, n)`
-#    (the solution cell below is collapsed: try first), then run the check.
-# 2. Scatter a dict `{"x": x, "lengths": torch.arange(10)}` over 3 devices and check that every entry keeps
-#    the dict's keys.
+# 1. For which batch sizes from 1 to 16 do all 4 devices get a chunk? Write `all_devices_busy(batch, n)`, then run
+#    the check.
+# 2. Scatter a dict `{"x": x, "lengths": torch.arange(10)}` over 3 devices: write `scatter_dict(inputs, n)`, which
+#    returns the entries, one per replica. The check looks at whether every entry keeps the dict's keys.
 
 # %% tags=["solution"]
-def all_devices_busy(batch, n=4):
+def all_devices_busy(batch, n):
+    ### BEGIN SOLUTION
     return len(dpcourse.scatter(torch.zeros(batch), dpcourse.devices(n))) == n
+    ### END SOLUTION
 
 
 # %%
-busy = [b for b in range(1, 17) if all_devices_busy(b)]
-assert busy == [4, 7, 8, 10, 11, 12, 13, 14, 15, 16], busy
-print("exercise 1: all 4 devices work for batch sizes", busy)
+exercises.check("all_devices_busy", all_devices_busy)
 
 # %% tags=["solution"]
-entries = dpcourse.scatter({"x": x, "lengths": torch.arange(10)}, dpcourse.devices(3))
+def scatter_dict(inputs, n):
+    ### BEGIN SOLUTION
+    return dpcourse.scatter(inputs, dpcourse.devices(n))
+    ### END SOLUTION
+
 
 # %%
-assert all(set(entry) == {"x", "lengths"} for entry in entries)
-print("exercise 2:", [{k: list(v.shape) for k, v in entry.items()} for entry in entries])
+exercises.check("scatter_dict", scatter_dict)

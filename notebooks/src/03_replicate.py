@@ -44,15 +44,6 @@ with quiz.reveal("03-parameters-empty"):
     print("replica.fc.weight is a leaf:", r1.fc.weight.is_leaf, "| grad_fn:", type(r1.fc.weight.grad_fn).__name__)
 
 # %% [markdown]
-# Each copy is the *result of a computation* (`grad_fn` set), not a leaf `Parameter`. Module's `__setattr__`
-# only registers `Parameter`s, so the copies are stored as plain attributes and **`replica.parameters()` is
-# empty**.
-#
-# So code that calls `next(self.parameters())` inside `forward` (for example to find the device) fails under
-# DataParallel in training with `StopIteration: Caught StopIteration in replica 0 on device 0`
-# (pytorch/pytorch#40457, #49828). This changed in torch 1.5 (PR #33907); use the input's device instead.
-
-# %% [markdown]
 # ## Which replicas share the original's tensors
 # `replicate` gives every replica the weights it computes with. Copies, or your model's own memory? Predict:
 
@@ -72,10 +63,6 @@ with quiz.reveal("03-replica-zero-shares"):
         )
 
 # %% [markdown]
-# The copy for `devices[0]` is not a copy at all: `broadcast_coalesced` returns the input tensors as-is for
-# the first device (`torch/csrc/cuda/comm.cpp`). Replica 0's weight is a view of your model's weight, and its
-# buffers are your model's buffers. Every other replica holds fresh copies.
-#
 # Under `torch.no_grad()`, as in evaluation, DataParallel replicates without autograd
 # (`DataParallel.replicate` passes `detach=not torch.is_grad_enabled()`), and the first device then gets
 # your model's own tensors back: replica 0 holds the original `Parameter`s, registered as parameters again,
@@ -104,16 +91,6 @@ with quiz.reveal("03-counter-lost"):
     dpcourse.DataParallel(model, devices=devices[:1])(x)
     print("with 1 device:  calls =", model.calls)
 
-# %% [markdown]
-# Rebinding an attribute on a replica (`self.calls += 1` means `self.calls = self.calls + 1`) changes only that
-# throwaway replica. With one device DataParallel skips replication and calls your model directly, so the
-# counter survives — a bug that appears only when you add the second GPU. The fix: keep state that must survive
-# in a buffer and update it in place (`self.calls_buffer += 1` on a registered buffer), which works through
-# replica 0's aliasing (pytorch/pytorch#2864), or count outside the model.
-#
-# And a list made in `__init__`, appended to in `forward`? `CountingNet` also does
-# `self.seen.append(len(x))`, and it ran the same two forwards:
-
 # %%
 quiz.ask("03-list-shared")
 
@@ -122,14 +99,6 @@ with quiz.reveal("03-list-shared"):
     print("seen =", model.seen)
 
 # %% [markdown]
-# Three entries from two forwards: in the forward on 2 devices both replicas appended their chunk's size, 4,
-# to the one list, each from its own thread, and the forward on 1 device appended 8. A shared *mutable* object is
-# the opposite trap to the lost counter: it changes the one object everybody holds.
-#
-# Plain **tensor** attributes (not registered as buffers) are not copied either: every replica points at the
-# original tensor on the original device. On two or more GPUs that is a device-mismatch error in replica 1;
-# CPU devices, and replicas that share one GPU, cannot show it: all their memory is one device.
-#
 # The whole picture, for every entry of `CountingNet`: what each replica holds, and whether it is your model's
 # own object, its memory, or a copy:
 
@@ -159,7 +128,11 @@ print("num_batches_tracked:", bn.num_batches_tracked.item())
 # %% [markdown]
 # In practice the running statistics from one chunk are a noisier estimate but rarely hurt convergence
 # (pytorch/pytorch#1051); the per-chunk *batch* statistics matter more with small chunks. The fix is
-# `SyncBatchNorm`, which only works with DistributedDataParallel (lesson 10).
+# `SyncBatchNorm`, but it needs several processes, not a wrapper: in training it synchronises only when a
+# [process group](00_start_here.ipynb#Glossary) with more than one [rank](00_start_here.ipynb#Glossary) is
+# initialised, and then only GPU-like inputs (CUDA, XPU, HPU);
+# otherwise it computes what BatchNorm does (`torch/nn/modules/batchnorm.py:837-863`). DataParallel is one
+# process with no process group, so its replicas never synchronise; DDP runs one process per rank (lesson 10).
 
 # %% [markdown]
 # ## Replicated on every forward
@@ -223,33 +196,37 @@ exercises.check("replicate_bytes", replicate_bytes)
 # - Replication happens on every forward.
 #
 # ## Exercises
-# 1. Fix `Counter` so that the count survives DataParallel on 2 devices (hint: a buffer, updated in place).
-# 2. How many bytes does replicating the course model onto 4 devices copy? Check with a trace.
+# 1. Write `Counter`, a module whose forward returns `x` and adds one to `self.calls`, so that the count survives
+#    DataParallel on 2 devices (hint: a buffer, updated in place).
+# 2. How many bytes does replicating the course model onto 4 devices copy? Write `traced_replicate_bytes(model, n)`,
+#    which reads it from a trace.
 
 # %% tags=["solution"]
 class Counter(torch.nn.Module):
     def __init__(self):
         super().__init__()
+        ### BEGIN SOLUTION
         self.register_buffer("calls", torch.zeros((), dtype=torch.long))
+        ### END SOLUTION
 
     def forward(self, x):
+        ### BEGIN SOLUTION
         self.calls += 1  # in place on a buffer: replica 0 shares it with the original
+        ### END SOLUTION
         return x
 
 
 # %%
-counter = Counter().to(devices[0])
-dpcourse.DataParallel(counter, devices=devices[:2])(torch.zeros(4, 1, device=devices[0]))
-assert counter.calls.item() == 1
-print("exercise 1: the buffer counted", counter.calls.item(), "call")
+exercises.check("Counter", Counter)
 
 # %% tags=["solution"]
-devices4 = dpcourse.devices(4)
-model = examples.make_model().to(devices4[0])
-parameter_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
-with dpcourse.trace() as t:
-    dpcourse.replicate(model, devices4)
+def traced_replicate_bytes(model, n):
+    ### BEGIN SOLUTION
+    with dpcourse.trace() as t:
+        dpcourse.replicate(model, dpcourse.devices(n))
+    return t.steps("replicate")[0].bytes_copied
+    ### END SOLUTION
+
 
 # %%
-assert t.steps("replicate")[0].bytes_copied == 3 * parameter_bytes  # replica 0 copies nothing
-print("exercise 2:", t.steps("replicate")[0].bytes_copied, "bytes = 3 copies of", parameter_bytes)
+exercises.check("traced_replicate_bytes", traced_replicate_bytes)

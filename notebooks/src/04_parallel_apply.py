@@ -41,7 +41,7 @@ quiz.ask("04-threads")
 # A trace records the thread each replica's forward ran in, for 10 rows on 3 devices and for a single row:
 
 # %% tags=["reveals-answer"]
-with quiz.reveal("04-threads"):
+with quiz.reveal("04-threads", part=1):
     for batch in (10, 1):
         with dpcourse.trace() as t:
             dp(x[:batch])
@@ -49,21 +49,8 @@ with quiz.reveal("04-threads"):
         print(f"batch of {batch:2d}:", ", ".join(f"replica {i} ran {shape} in {thread}" for i, thread, shape in runs))
     print("this notebook's code runs in", threading.current_thread().name)
 
-# %% [markdown]
-# DataParallel is a single Python process: with 10 rows on 3 devices, three replicas ran in three worker
-# threads of it; with a single row there is one chunk, so one replica, and parallel_apply calls it inline in
-# the calling thread: no thread is started (torch does the same, `if len(modules) > 1`).
-#
-# Started one after another, do the threads also *run* one after another? The course model's forward does
-# almost no work, often less than starting the next thread takes, so in a timeline of it each replica's
-# forward can be over before the next one begins: a staircase. Give every replica real arithmetic and the
-# forwards overlap. Below, two `Linear(512, 512)` layers on 1,536 rows, 3 devices: torch
-# runs the matrix products in C++ with the [GIL](00_start_here.ipynb#Glossary) released (see "Threads and
-# the GIL" below). How much they overlap depends on the free cores and on how soon each thread gets going.
-# One lane per thread; the hatched bars are the replicas' forwards:
-
 # %% tags=["reveals-answer"]
-with quiz.reveal("04-threads"):
+with quiz.reveal("04-threads", part=2):
     wide = examples.mlp((512, 512, 512)).to(devices[0])
     rows = torch.randn(1536, 512, generator=torch.Generator().manual_seed(0)).to(devices[0])
     with dpcourse.trace() as t:
@@ -73,9 +60,6 @@ with quiz.reveal("04-threads"):
     print("two or more of them were running at the same moment:",
           any(later.start < earlier.end for earlier, later in zip(forwards, forwards[1:])))
     display(viz.timeline(t))
-
-# %% [markdown]
-# A forward hook registered on your model: how often does it run?
 
 # %%
 quiz.ask("04-hook-count")
@@ -98,28 +82,6 @@ with quiz.reveal("04-hook-count"):
     print("hook calls in one forward:", len(first_forward), "| rows per call:", [n for _, n in first_forward])
     print("threads:", sorted(thread.name for thread, _ in first_forward))
     print("new thread objects in the next forward:", not {t for t, _ in first_forward} & {t for t, _ in calls})
-
-# %% [markdown]
-# The hook dictionary travels with the shallow copy (lesson 03), so every replica runs your hook: once per
-# replica, in that replica's thread, on its chunk.
-#
-# The last line shows what torch's `parallel_apply` does too: every forward starts fresh `threading.Thread`s,
-# one per replica, and waits for them all before it returns (torch joins each thread,
-# `torch/nn/parallel/parallel_apply.py:133-136`; dpcourse waits for each replica's "finished" event, then
-# joins). No pool of threads is kept from one call to the next: a `forward` that itself calls DataParallel just
-# starts threads of its own, and the next forward never waits for a thread of an earlier one ("When a replica
-# fails" below shows what happens to a replica that is still running when you press Ctrl-C). The price is a
-# new thread per replica on every forward, measured in the next cell.
-#
-# One dpcourse addition, since torch never runs replicas on a CPU: CPU replicas share the caller's
-# [intra-op threads](00_start_here.ipynb#Glossary) equally. Those are the helper threads one torch
-# operation (a large matrix product, say) splits its work over; `torch.get_num_threads()` says how many a
-# thread may use. So 2 replicas on 2 cores do not run 4 busy threads.
-#
-# A new thread's first torch operation pays a one-time set-up, and an operation spread over several cores
-# also starts a team of helper threads for that thread; how long this takes depends on the machine and the
-# operation. The cell below measures it for this model's forward: its first call in a new thread, its second
-# call in the same thread, and the median over a few new threads.
 
 # %% tags=["nbval-ignore-output"]
 def first_and_second_call(op, threads=7):
@@ -271,12 +233,6 @@ with quiz.reveal("04-error-message"):
         show(error)
 
 # %% [markdown]
-# parallel_apply catches the exception in the thread and raises it again in yours: the same type (`ValueError`),
-# the replica and its device, then the original traceback, whose last line is your own message. 6 rows on 3
-# devices make chunks of 2, so rows 2 and 5 are in replicas 1 and 2: two replicas failed, but only the
-# **lowest-numbered** failure is raised; replica 2's error is dropped. torch prints a GPU's index ("on device
-# 1"); dpcourse prints `cpu` for a CPU device.
-#
 # Problems with the data or the model surface like this, at the first forward that meets them. A step that
 # stops and prints nothing is different. The wait for the replicas has no timeout (torch calls
 # `thread.join()` with none, `torch/nn/parallel/parallel_apply.py:136`), so a replica whose forward blocks
@@ -472,8 +428,8 @@ exercises.check("in_callers_grad_mode", in_callers_grad_mode)
 # - The threads overlap only where torch releases the GIL.
 #
 # ## Exercises
-# 1. Repair `FindsItsDevice` so that it runs under DataParallel on 2 devices and gives the same output as
-#    the module alone (hint: which tensors does a replica really hold?).
+# 1. Repair `FindsItsDevice`: write `UsesItsWeightsDevice(FindsItsDevice)`, whose forward runs under DataParallel on 2
+#    devices and gives the same output as the module alone (hint: which tensors does a replica really hold?).
 # 2. Write `reported_replica(batch, n, bad_rows)`: the replica number in the error message when the rows
 #    `bad_rows` of a batch of `batch` rows on `n` devices make the module raise. The check compares it with
 #    real DataParallel errors.
@@ -481,29 +437,21 @@ exercises.check("in_callers_grad_mode", in_callers_grad_mode)
 # %% tags=["solution"]
 class UsesItsWeightsDevice(FindsItsDevice):
     def forward(self, x):
+        ### BEGIN SOLUTION
         return self.linear(x.to(self.linear.weight.device))  # the replica's own copy of the weight
+        ### END SOLUTION
 
 
 # %%
-fixed = UsesItsWeightsDevice().to(devices[0])
-parallel = dpcourse.DataParallel(fixed, devices=devices[:2])(x)
-assert torch.allclose(parallel, fixed(x))  # up to rounding: a GPU may sum a chunk's products in another order
-print("exercise 1: the same output with and without DataParallel")
+exercises.check("UsesItsWeightsDevice", UsesItsWeightsDevice)
 
 # %% tags=["solution"]
 def reported_replica(batch, n, bad_rows):
+    ### BEGIN SOLUTION
     rows_per_chunk = -(-batch // n)  # torch.chunk: chunks of ceil(batch / n) rows
     return min(row // rows_per_chunk for row in bad_rows)
+    ### END SOLUTION
 
 
 # %%
-for batch, n, bad_rows in [(10, 4, [9]), (10, 4, [8, 5]), (6, 4, [5]), (7, 3, [6, 3])]:
-    values = torch.ones(batch, 1, device=devices[0])
-    values[bad_rows] = -1.0
-    actual = None
-    try:
-        dpcourse.DataParallel(Picky(), devices=dpcourse.devices(n))(values)
-    except ValueError as error:
-        actual = int(str(error).split("in replica ")[1].split()[0])
-    assert reported_replica(batch, n, bad_rows) == actual, (batch, n, bad_rows, actual)
-print("exercise 2: the predicted replica matches the error message in every case")
+exercises.check("reported_replica", reported_replica)

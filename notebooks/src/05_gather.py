@@ -48,10 +48,6 @@ with quiz.reveal("05-gather-concatenates"):
     display(viz.gather_view([3, 3, 3, 1], features=output.shape[1]))
 
 # %% [markdown]
-# Gather copies the outputs, in replica order, into one new tensor along `dim` (default 0), as the comparison
-# above measures: it joins them end to end and never adds or averages them. The running example's outputs have
-# one row per sample, so joining them rebuilds the whole batch's output, in order.
-#
 # Gather returns whatever `forward` returned, and nothing more: DataParallel never sees the labels, computes
 # no loss and averages nothing. The loss is your code, run on the gathered output, so it is the very loss
 # one device computes on the whole batch:
@@ -173,18 +169,7 @@ with quiz.reveal("05-scalar-loss-shape"):
     print(f"{caught[0].category.__name__}: {caught[0].message}")
     print("the same module on 1 device: shape", list(single.shape), "| warnings in all:", len(caught))
     warnings.filterwarnings("ignore", message="Was asked to gather along dimension 0")  # seen once is enough
-
-# %% [markdown]
-# Each replica's 0-d loss becomes one entry of a vector, with the warning above (`Gather.forward` in
-# `torch/nn/parallel/_functions.py`; added by PR pytorch/pytorch#7973 after #6983). Its length is the
-# number of **chunks**, 3 here, not `len(device_ids)`. torch's docstring says the same in other words, "a
-# vector of length equal to number of devices used": the devices used are exactly those that got a chunk
-# (`torch/nn/parallel/data_parallel.py:195`, `device_ids[: len(inputs)]`). With one device DataParallel
-# takes its shortcut and calls the module directly (`DataParallel.forward`, `if len(self.device_ids) == 1`):
-# no gather, so a 0-d loss, and no warning. Code written on one GPU then meets a vector on two.
-
-# %%
-viz.gather_view([1, 1, 1], scalars=True)
+    display(viz.gather_view([1, 1, 1], scalars=True))
 
 # %% [markdown]
 # `backward()` needs a single number, so the vector must be reduced first, and the reduction you pick sets the
@@ -303,34 +288,26 @@ exercises.check("gather_structure", gather_structure)
 # ## Exercises
 # 1. A module returns `x.sum(0)`, of shape `(5,)`. Write `gathered_length(batch, n)`, the length of
 #    DataParallel's output for a batch of `batch` rows of 5 features on `n` devices.
-# 2. Write a loss-in-forward module whose gathered output can be reduced to exactly the one-device loss, for
-#    any chunk sizes (hint: return one loss per sample).
+# 2. Write `PerSampleLoss(WithLoss)`, a loss-in-forward module whose gathered output can be reduced to exactly the
+#    one-device loss, for any chunk sizes (hint: return one loss per sample).
 
 # %% tags=["solution"]
 def gathered_length(batch, n):
+    ### BEGIN SOLUTION
     return 5 * len(torch.zeros(batch).chunk(n))  # one (5,) piece per chunk
+    ### END SOLUTION
 
 
 # %%
-class ColumnSums(nn.Module):
-    def forward(self, x):
-        return x.sum(0)
-
-
-for batch, n in [(8, 2), (10, 4), (6, 4), (3, 4)]:
-    actual = dpcourse.DataParallel(ColumnSums(), devices=dpcourse.devices(n))(torch.ones(batch, 5)).shape[0]
-    assert gathered_length(batch, n) == actual, (batch, n, actual)
-print("exercise 1: gathered_length matches DataParallel for every case")
+exercises.check("gathered_length", gathered_length)
 
 # %% tags=["solution"]
 class PerSampleLoss(WithLoss):
     def forward(self, x, y):
+        ### BEGIN SOLUTION
         return nn.functional.cross_entropy(self.model(x), y, reduction="none")  # shape (rows,), not 0-d
+        ### END SOLUTION
 
 
 # %%
-per_sample = PerSampleLoss().to(devices[0])
-dp_loss = dpcourse.DataParallel(per_sample, devices=dpcourse.devices(4))(x, y).mean()  # chunks 3, 3, 3, 1
-one_device = examples.loss_fn(per_sample.model(x), y)
-assert torch.allclose(dp_loss, one_device)
-print(f"exercise 2: {dp_loss.item():.6f} equals the one-device loss {one_device.item():.6f}")
+exercises.check("PerSampleLoss", PerSampleLoss)

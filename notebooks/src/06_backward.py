@@ -97,21 +97,6 @@ with quiz.reveal("06-gradients-summed"):
     print("the gradient lands on the original parameter's device:", linear.weight.grad.device)
 
 # %% [markdown]
-# One weight used in N places has, by the chain rule, the **sum** of the N gradients, and that is what
-# `Broadcast.backward` computes: it calls `ReduceAddCoalesced`, which adds the copies' gradients onto the
-# device of the original with `comm.reduce_add_coalesced`, built on `comm.reduce_add`, whose docstring reads
-# "Sum tensors from multiple GPUs" (`torch/nn/parallel/_functions.py: Broadcast.backward`,
-# `torch/nn/parallel/comm.py: reduce_add`). The DataParallel docstring says it in words: "gradients from each
-# replica are summed into the original module".
-#
-# The sum is accumulated into `.grad` of your model's own parameters, on their device, which is `devices[0]`
-# (`ReduceAdd` adds onto `ctx.input_device`). On GPUs that is `cuda:0` only if `cuda:0` is listed first; CPU
-# devices are all `cpu`, so here the device cannot tell you more.
-#
-# Nothing divides by the number of replicas. "It's summed precisely because that makes the gradients
-# independent from the number of GPUs" (colesbury, pytorch/pytorch#5778). The next section shows why.
-
-# %% [markdown]
 # ## The sum and the full-batch gradient
 # The usual loss is the mean over the gathered output, $L = \frac{1}{B}\sum_{n=1}^{B} \ell_n$, and the chunks
 # are often uneven. How does the summed gradient compare with one device's? Predict first:
@@ -130,21 +115,6 @@ with quiz.reveal("06-mean-loss-matches"):
         sizes = [len(chunk) for chunk in dpcourse.scatter(xb, devices)]
         print(f"batch {batch:2d}, chunks {sizes}: max |grad difference| vs the oracle = "
               f"{examples.gap(examples.max_grad_difference(model, oracle))}")
-
-# %% [markdown]
-# Differences below 1e-6 are float rounding: the sums are added in another order. The summed gradient is the
-# one-device gradient, whatever the chunk sizes. Why: split the batch into chunks $C_1 \dots C_N$ of sizes
-# $b_j$ (with $\sum_j b_j = B$); replica j computes with its copy $W_j$ of the weight $W$.
-# - $W$ is used N times, once per copy, so
-#   $\frac{dL}{dW} = \sum_j \frac{\partial L}{\partial W_j}$ (the chain rule: Broadcast's sum).
-# - Only the rows of chunk j depend on $W_j$:
-#   $\frac{\partial L}{\partial W_j} = \frac{1}{B}\sum_{n \in C_j} \frac{\partial \ell_n}{\partial W_j}$.
-# - Every copy has $W$'s value, so the sum is $\frac{1}{B}\sum_{n=1}^{B} \frac{\partial \ell_n}{\partial W}$:
-#   the one-device gradient, **for any chunk sizes**.
-#
-# The 1/B that makes the sum look like an average is in the loss, not in DataParallel. The same for the
-# running example: each replica's gradient of the first weight, stacked replica by replica, next to the
-# one-device gradient (the hollow bar).
 
 # %%
 viz.gradient_sum(batch=10, n_devices=4)
@@ -238,12 +208,6 @@ with quiz.reveal("06-sum-of-replica-losses"):
     scale = (model[0].weight.grad.norm() / oracle[0].weight.grad.norm()).item()
     scaled = all(torch.allclose(p.grad, scale * q.grad, atol=1e-6) for p, q in zip(model.parameters(), oracle.parameters()))
     print(f"8 rows on 2 devices, .sum() of the chunk means: every grad = {scale:.4f} x the one-device grad:", scaled)
-
-# %% [markdown]
-# For SGD, N times the gradient is an N times larger learning rate, which changes with the number of GPUs.
-# Two correct ways keep the loss inside `forward`:
-# - return the **per-sample losses** (shape `(b_j,)`, `reduction="none"`) and take the mean after the gather;
-# - return the chunk's **sum and count**, and divide the total sum by the total count.
 
 # %%
 class PerSampleLosses(LossInside):
@@ -343,8 +307,9 @@ exercises.check("split_gradient", split_gradient)
 # ## Exercises
 # 1. Write `sample_weights(batch, n)`: the weight each sample's loss gets when n replicas return their chunk
 #    means and you average them. Check 9 rows on 2 devices and 8 rows on 4.
-# 2. Keep `LossInside` (chunk means) but fix the reduction: weight each chunk mean by its chunk size. Check
-#    that 10 rows on 4 devices then give the oracle's gradient.
+# 2. Keep `LossInside` (chunk means) but fix the reduction: write `size_weighted_loss(model, x, y, n)`, which weighs
+#    each chunk mean by its chunk size. The check calls backward on it: 10 rows on 4 devices must then give the
+#    oracle's gradient.
 
 # %% tags=["solution"]
 def sample_weights(batch, n):
@@ -359,14 +324,14 @@ def sample_weights(batch, n):
 exercises.check("sample_weights", sample_weights)
 
 # %% tags=["solution"]
-model = examples.make_model().to(devices[0])
-oracle = examples.twin(model)
-chunk_means = dpcourse.DataParallel(LossInside(model), devices=devices)(x, y)
-chunk_sizes = torch.tensor([len(chunk) for chunk in x.chunk(len(devices))], dtype=chunk_means.dtype,
-                           device=chunk_means.device)
-(chunk_means * chunk_sizes).sum().div(len(x)).backward()
-examples.loss_fn(oracle(x), y).backward()
+def size_weighted_loss(model, x, y, n):
+    ### BEGIN SOLUTION
+    chunk_means = dpcourse.DataParallel(LossInside(model), devices=dpcourse.devices(n))(x, y)
+    chunk_sizes = torch.tensor([len(chunk) for chunk in x.chunk(n)], dtype=chunk_means.dtype,
+                               device=chunk_means.device)
+    return (chunk_means * chunk_sizes).sum() / len(x)
+    ### END SOLUTION
+
 
 # %%
-assert examples.max_grad_difference(model, oracle) < 1e-6
-print("exercise 2: size-weighted chunk means give the oracle's gradient")
+exercises.check("size_weighted_loss", size_weighted_loss)

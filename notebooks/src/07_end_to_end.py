@@ -72,11 +72,6 @@ with quiz.reveal("07-state-dict-keys"):
     except RuntimeError as error:
         print(error)
 
-# %% [markdown]
-# The wrapped model is the submodule called `module`, so every key gains `module.`. This is deliberate:
-# "We considered hiding the `module.` prefix in case of DataParallel, but concluded that we want to it behave
-# like a regular module" (apaszke, pytorch/pytorch#3805). Two fixes, both loading cleanly:
-
 # %%
 from torch.nn.modules.utils import consume_prefix_in_state_dict_if_present
 
@@ -136,16 +131,6 @@ with quiz.reveal("07-placement"):
             print(f"{stage}: {error}")
 
 # %% [markdown]
-# Wrapping checked nothing. Every forward, before anything else, checks that all parameters and buffers are on
-# `devices[0]` (`torch/nn/parallel/data_parallel.py: DataParallel.forward`). torch's message is nearly the same,
-# for example "module must have its parameters and buffers on device cuda:0 (device_ids[0]) but found one of
-# them on device: cuda:1" for a model put on the second GPU, or "...: cpu" for one never moved
-# (replicate/cog#971, google-research/big_transfer#73). To run on GPUs 1 and 2, do not pass `device_ids=[1, 2]`
-# with a model on `cuda:0`. Either put the model on `cuda:1` first (the check compares with `device_ids[0]`,
-# `torch/nn/parallel/data_parallel.py:178-184`), or run `CUDA_VISIBLE_DEVICES=1,2 python train.py`, so that
-# they become `cuda:0` and `cuda:1` and the defaults line up (advice given in a comment on
-# pytorch/pytorch#2612).
-#
 # Because the check runs at forward time, moving the model *after* wrapping is fine; the check was moved from
 # `__init__` to `forward` for exactly that (pytorch/pytorch#17363), and the official tutorial does
 # `model = nn.DataParallel(model)` and then `model.to(device)` (pytorch/tutorials,
@@ -178,11 +163,6 @@ with quiz.reveal("07-plain-tensor-stays"):
     stats_model = WithStats().to("meta")
     print("parameter:", stats_model.linear.weight.device, "| buffer:", stats_model.counts.device,
           "| plain tensor attribute:", stats_model.stats.device)
-
-# %% [markdown]
-# `.to()` moves the tensors a module has registered, its parameters and buffers (`torch/nn/modules/module.py:
-# Module._apply`); a plain tensor attribute is neither, so it stays where it was made, out of sight of the
-# placement check too. Register such a tensor with `self.register_buffer("stats", torch.zeros(2))`.
 
 # %% [markdown]
 # ## output_device
@@ -253,9 +233,6 @@ with quiz.reveal("07-lone-sample-weight"):
     dpcourse.DataParallel(ChunkMean(), devices=dpcourse.devices(4))(per_sample).mean().backward()
     print("weight of each sample's loss:", [f"1/{round(1 / w)}" for w in per_sample.grad.tolist()])
 
-# %% [markdown]
-# Layers that look across the batch are the other trap. The running example with a BatchNorm layer:
-
 # %%
 quiz.ask("07-batchnorm-last-chunk")
 
@@ -267,12 +244,6 @@ with quiz.reveal("07-batchnorm-last-chunk"):
     except Exception as error:  # whatever it raises
         lines = str(error).strip().splitlines()
         print(lines[0], "...", lines[-1], sep="\n")
-
-# %% [markdown]
-# BatchNorm in training mode needs more than one row: the same model runs on one device with all 10 rows;
-# only the 1-row chunk fails. Arguments are the third trap:
-# every tensor argument is split along dim 0, also one that is not a batch. A 1-element tensor gives one chunk,
-# so replicas 1 to 3 are called without it:
 
 # %%
 class Scaled(nn.Module):
@@ -306,7 +277,8 @@ except TypeError as error:
 # %% [markdown]
 # The same "missing argument" was reported for 9 rows on 4 GPUs (pytorch/pytorch#15161, 2018); today the fourth
 # device just sits idle when all arguments are batch tensors (lesson 02). A warning for batches smaller than the
-# GPU count was asked for and declined, because last batches are often small (#9226). The fixes:
+# GPU count was asked for; a maintainer doubted it should be one, since a small batch "can happen at the end of
+# an epoch" (#9226, closed). The fixes:
 # - a batch size that is a multiple of the number of devices, with at least 2 rows per device for BatchNorm:
 #   the fix when every batch has the unlucky size;
 # - `drop_last=True` in the `DataLoader`, when only the last batch of an epoch is short;
@@ -470,35 +442,33 @@ exercises.check("bare_state_dict", bare_state_dict)
 # ## Exercises
 # 1. Write `load_into_bare(model, state)` that loads a checkpoint saved from either `dp` or a bare model.
 # 2. What is the smallest batch of at least 10 rows with which the BatchNorm model trains on 4 devices? Find it
-#    by running, not by reasoning.
+#    by running, not by reasoning: write `batchnorm_trains(batch, n)`, then try it on batches from 10 up.
 
 # %% tags=["solution"]
 def load_into_bare(model, state):
+    ### BEGIN SOLUTION
     state = dict(state)
     consume_prefix_in_state_dict_if_present(state, "module.")
     model.load_state_dict(state)
     return model
+    ### END SOLUTION
 
 
 # %%
-wrapped = dpcourse.DataParallel(examples.make_model(seed=3).to(devices[0]), devices=dpcourse.devices(2))
-for saved in (wrapped.state_dict(), wrapped.module.state_dict()):
-    loaded = load_into_bare(examples.make_model().to(devices[0]), saved)
-    assert examples.max_weight_difference(loaded, wrapped.module) == 0
-print("exercise 1: both checkpoints load into the bare model")
+exercises.check("load_into_bare", load_into_bare)
 
 # %% tags=["solution"]
-def trains_on_four_devices(batch):
-    bn_dp = dpcourse.DataParallel(examples.make_model(batchnorm=True).to(devices[0]), devices=dpcourse.devices(4))
+def batchnorm_trains(batch, n):
+    ### BEGIN SOLUTION
+    chosen = dpcourse.devices(n)
+    bn_dp = dpcourse.DataParallel(examples.make_model(batchnorm=True).to(chosen[0]), devices=chosen)
     try:
-        bn_dp(examples.make_batch(batch, device=devices[0])[0])
+        bn_dp(examples.make_batch(batch, device=chosen[0])[0])
     except ValueError:
         return False
     return True
+    ### END SOLUTION
 
-
-smallest = next(batch for batch in range(10, 20) if trains_on_four_devices(batch))
 
 # %%
-assert smallest == 11, smallest
-print("exercise 2: the smallest batch from 10 up is", smallest, "->", [len(c) for c in torch.arange(smallest).chunk(4)])
+exercises.check("batchnorm_trains", batchnorm_trains)

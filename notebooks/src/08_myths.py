@@ -60,14 +60,6 @@ with quiz.reveal("08-not-model-parallel"):
     print("parameter bytes held by each replica:", held, "| the whole model:", sum(p.nbytes for p in model.parameters()))
 
 # %% [markdown]
-# **Correction.** Model parallelism puts different layers on different devices; DataParallel puts *every*
-# layer on every device and splits only the batch (`torch/nn/parallel/replicate.py: replicate` copies all
-# parameters and buffers to each device). So each GPU still needs room for the whole model, and the DDP
-# tutorial says plainly that "DataParallel does not [work with model parallel] at this time". "How can PyTorch
-# DataParallel be used with a custom model?" has it right: DataParallel "doesn't magically increase memory
-# available to each GPU".
-
-# %% [markdown]
 # ### "this padding is not accounted for by `DataParallel`, that expects a completely consistent tensor"
 # ("Why is training not starting with nn.DataParallel?")
 
@@ -85,12 +77,6 @@ with quiz.reveal("08-padding-fine"):
     for n in (2, 4):
         out = dpcourse.DataParallel(layer, devices=dpcourse.devices(n))(padded)
         print(f"{n} devices: {list(padded.shape)} -> {list(out.shape)}, equal to one device: {torch.allclose(out, layer(padded))}")
-
-# %% [markdown]
-# **Correction.** A padded batch is an ordinary rectangular tensor. Scatter slices its rows
-# (`torch/nn/parallel/scatter_gather.py: scatter`), every chunk keeps the full padded length, and gather
-# only needs the non-batch dimensions to match. Sequences do have a real trap, *packing* inside the model,
-# which lesson 07 shows.
 
 # %% [markdown]
 # ### "…may actually stall the training loop if the overhead outweighs the parallelization gains"
@@ -149,11 +135,6 @@ with quiz.reveal("08-batchnorm-running-mean"):
     print("running_mean on one device:", one_device.running_mean.item(), "| on 2 devices:", two_devices.running_mean.item())
 
 # %% [markdown]
-# **Correction.** Each replica normalises with its own chunk's statistics, and only replica 0 updates your
-# model's buffers (pytorch/pytorch#1051; lesson 03). The full-batch promise holds when the loss is a mean
-# over the gathered output and no layer mixes samples; `SyncBatchNorm` fixes BatchNorm, but only under
-# DistributedDataParallel (`torch/nn/modules/batchnorm.py: SyncBatchNorm`).
-#
 # ### The other classic myths, and where the course corrects them
 #
 # | the claim (article) | what really happens | lesson |
@@ -250,9 +231,6 @@ with quiz.reveal("08-custom-parameter"):
     print("MyCustomLayer: gradients equal the one-device oracle's:", examples.max_grad_difference(model, oracle) < 1e-5)
 
 # %% [markdown]
-# **True, as claimed.** A registered `nn.Parameter` is copied to every replica like `nn.Linear`'s weight,
-# and its gradient is summed back (`torch/nn/parallel/replicate.py: replicate`).
-#
 # ### "How can PyTorch DataParallel be used with a custom model?", Example 3: `ProblematicModel` "will likely result in errors or unexpected behavior"
 # **Predict:** run on one CPU with **no** DataParallel at all. Does it work?
 
@@ -528,34 +506,31 @@ exercises.check("per_sample_loss", per_sample_loss)
 #
 # ## Exercises
 # 1. Run Example 2 of the custom-model article (`MyModel` with `MyCustomLayer`) on 4 devices with a batch of 10, chunks
-#    [3, 3, 3, 1]. Does its gradient still match the oracle? Write `example2_difference()`.
+#    [3, 3, 3, 1]. Does its gradient still match the oracle? Write `example2_gradients(model, inputs, n)`, returning
+#    the model's gradients after one forward and backward of `output.pow(2).mean()` under DataParallel.
 # 2. Make `ReturnedState` work on 3 devices with a batch of 7: after one forward, `internal_state` must
 #    equal the column sums of the batch. Write `accumulate(batch, n)` returning the updated model.
 
 # %% tags=["solution"]
-def example2_difference(n=4, batch=10):
-    torch.manual_seed(0)
-    model = MyModel().to(devices[0])
-    oracle = examples.twin(model)
-    inputs = torch.randn(batch, 10).to(devices[0])
+def example2_gradients(model, inputs, n):
+    ### BEGIN SOLUTION
     dpcourse.DataParallel(model, devices=dpcourse.devices(n))(inputs).pow(2).mean().backward()
-    oracle(inputs).pow(2).mean().backward()
-    return examples.max_grad_difference(model, oracle)
+    return [p.grad for p in model.parameters()]
+    ### END SOLUTION
 
 
 # %%
-assert example2_difference() < 1e-5, "the custom layer's gradient should match the oracle"
-print("exercise 1: the custom parameter's gradient matches on 4 devices")
+exercises.check("example2_gradients", example2_gradients)
 
 # %% tags=["solution"]
 def accumulate(batch, n):
-    model = ReturnedState().to(devices[0])
+    ### BEGIN SOLUTION
+    model = ReturnedState().to(dpcourse.devices(n)[0])
     _, partial_sums = dpcourse.DataParallel(model, devices=dpcourse.devices(n))(batch)
     model.internal_state += partial_sums.sum(dim=0)
     return model
+    ### END SOLUTION
 
 
 # %%
-batch = torch.randn(7, 10, generator=torch.Generator().manual_seed(3)).to(devices[0])
-assert torch.allclose(accumulate(batch, 3).internal_state, batch.sum(dim=0))
-print("exercise 2: every replica's rows counted once")
+exercises.check("accumulate", accumulate)

@@ -12,7 +12,7 @@
 # which do not change. The cells that time something take turns between the variants they compare, repeat
 # for several rounds and keep the median, so that a busy spell hits every variant alike; they print their
 # numbers, which are yours, and every conclusion that rests on a time is printed by the cell that measured
-# it. Timings on CPU devices measure CPU work: they cannot show GPU speed or the cost of a PCIe or NVLink
+# it. Timings on CPU devices measure CPU work: they cannot show GPU speed or the cost of a [PCIe](00_start_here.ipynb#Glossary) or [NVLink](00_start_here.ipynb#Glossary)
 # transfer. They time `dpcourse`'s code, which starts and joins a thread per replica on every forward as
 # torch's does (lesson 04), and shares the cores among CPU replicas, which torch never has to do: torch's own
 # DataParallel cannot run on CPU devices at all, so nothing here times it. On a machine with one GPU,
@@ -187,18 +187,6 @@ with quiz.reveal("09-replicate-each-forward", "09-replicate-bytes"):
         print(f"{n} devices: replicate copied {span.bytes_copied:>9,} bytes = {span.bytes_copied // parameter_bytes}"
               f" x the {parameter_bytes:,} parameter bytes")
 
-# %% [markdown]
-# At every forward DataParallel builds the replicas again and throws them away after the step. Two forwards,
-# two full copies: `(n - 1) ×` the parameter bytes, every step, because replica 0 uses the
-# original tensors. On separate GPUs these bytes leave `devices[0]` before any replica can start, and
-# reduce-add brings the same amount back in backward. Caching the replicas between steps was proposed and
-# not merged (pytorch/pytorch#4216, #17540): the weights change at every optimizer step, so a cache must be
-# re-broadcast anyway, and reviewers did not want hidden state in a wrapper that behaves as stateless.
-# The maintainers' later answer was DistributedDataParallel, which builds its copy once (lesson 10).
-#
-# Bytes are not the whole cost. `replicate` also builds Python objects for the submodules, and wires their
-# parameters in. How many?
-
 # %%
 quiz.ask("09-modules-per-forward")
 
@@ -213,21 +201,9 @@ with quiz.reveal("09-modules-per-forward"):
           not {id(m) for r in replicas for m in r.modules()} & {id(m) for m in deep.modules()})
 
 # %% [markdown]
-# One shallow copy of every submodule for every device, replica 0 included. That is Python work on the main
-# thread, under the [GIL](00_start_here.ipynb#Glossary), growing with modules × devices, while the devices
-# wait. It is also the answer to "replicating every forward causes
-# hidden CPU-GPU synchronization": `Broadcast.forward` calls `comm.broadcast_coalesced`, which queues
-# copies on CUDA streams and never synchronizes the host (`torch/nn/parallel/_functions.py: Broadcast`).
-# The cost is the host-side Python. Back in 2017, with torch 0.3, a maintainer found `replicate` of a
-# ResNet-1001 slow mostly because of Python loops over its many small parameters, while the broadcasts
-# themselves were fast (pytorch/pytorch#3930, an old measurement on old hardware); today's `replicate`
-# still builds every module's replica in Python. The table in the first section shows replicate's share
-# of a step here.
-
-# %% [markdown]
 # ## Threads and the GIL
 # `parallel_apply` runs each replica in a Python thread, and Python threads compute at the same time only
-# while at most one of them runs Python code (the GIL): a large matrix product releases the GIL for its
+# while at most one of them runs Python code (the [GIL](00_start_here.ipynb#Glossary)): a large matrix product releases the GIL for its
 # whole duration, a tiny `Linear(8, 8)` call is mostly Python and holds it.
 #
 # **Predict:** on 2 devices against 1, which model does DataParallel slow down more: 100 tiny layers, or
@@ -375,21 +351,23 @@ with torch.device("meta"):
 params = sum(p.numel() for p in large.parameters())
 print(f"{params:,} parameters = {params * 4 / 2**20:,.0f} MiB of float32")
 for batch in (16, 256):
-    flops = 6 * params * batch  # per parameter and sample: forward 2 FLOPs (1 multiply-add), backward 4 (2)
+    flops = costmodel.flops.counted(large, (batch, 10000))  # torch's FlopCounterMode, forward + backward
     moved = 2 * (2 - 1) * params * 4  # on 2 GPUs: broadcast the weights, reduce the gradients
-    print(f"batch {batch:3d} on 2 GPUs: {flops / 1e9:5.1f} GFLOP of work, {moved / 2**20:,.0f} MiB copied "
-          f"-> {flops / moved:4.0f} FLOP per byte copied")
+    print(f"batch {batch:3d} on 2 GPUs: {flops / 1e9:5.1f} GFLOP of work (6 x parameters x batch: "
+          f"{6 * params * batch / 1e9:5.1f}), {moved / 2**20:,.0f} MiB copied -> {flops / moved:5.1f} FLOP per byte")
 pcie = costmodel.PRESETS["8 GPUs, PCIe"]
 print(f"cost model, {pcie.name}: F / beta = {pcie.flops / 1e12:g} TFLOP/s / {pcie.bandwidth / 1e9:g} GB/s "
       f"= {pcie.flops / pcie.bandwidth:,.0f} FLOP per byte copied")
 print(textwrap.fill(f"  its numbers: {pcie.sources}", 110, subsequent_indent="    "))
 
 # %% [markdown]
-# At batch 16 each step copies 1,145 MiB between the two GPUs to spread 14.4 GFLOP of work: 12 FLOP per
-# byte copied. A GPU computes far faster than it copies to another GPU: for data-centre GPUs linked by PCIe,
-# lesson 10's cost model assumes the FLOP per byte the cell prints last. Its F and beta are assumed
-# achievable rates, about 3/4 of the published peaks (the A100 datasheet, the PCIe 3.0 specification), not
-# measurements: `dpcourse.costmodel.PRESETS` names their sources. So, predicted by the cost model, the copies
+# At batch 16 each step copies 1,145 MiB between the two GPUs to spread 12.8 GFLOP of work, as torch's
+# `FlopCounterMode` counts it (`costmodel.flops.counted`): 10.7 FLOP per byte copied. (The rule of thumb
+# "6 FLOPs per parameter and sample" would say 14.4: it forgets that backward skips the gradient of the
+# first layer's input, the data.) A GPU computes far faster than it copies to another GPU: for data-centre
+# GPUs linked by PCIe, lesson 10's cost model assumes the FLOP per byte the cell prints last. Its F and beta
+# are assumed achievable rates, 3/4 and 4/5 of the published peaks (the A100 datasheet, the PCIe 4.0
+# specification), not measurements: `dpcourse.costmodel.PRESETS` names their sources. So, predicted by the cost model, the copies
 # dominate and a second GPU cannot help; at batch 256 the same copies buy 16 times more work. The
 # seed's claim is plausible for this regime; its measurement is not evidence, though: it times with
 # `time.time()` and no `torch.cuda.synchronize()`, so the clock stops while the GPU may still be running
@@ -498,31 +476,36 @@ exercises.check("bytes_per_step", bytes_per_step)
 #   device.
 #
 # ## Exercises
-# 1. How many bytes does reduce-add sum onto `devices[0]` in one training step of `mlp()` on 4 devices?
-#    Write `reduce_bytes(n)` using a trace.
-# 2. Write `gathered_bytes(model_fn, n, *inputs)` that returns the bytes one forward gathers; check that the
-#    per-sample `WithLoss` model gathers 256 times fewer bytes than the bare MLP.
+# 1. How many bytes does reduce-add sum onto `devices[0]` in one training step? Write `reduce_bytes(model_fn, n)`
+#    using a trace (8 rows of 16 features, the loss `output.pow(2).mean()`).
+# 2. Write `gathered_bytes(model_fn, n, *inputs)` that returns the bytes one forward gathers; then compare the
+#    per-sample `WithLoss` model with the bare MLP: how many times fewer bytes does it gather?
 
 # %% tags=["solution"]
-def reduce_bytes(n):
-    dp = dpcourse.DataParallel(mlp().to(devices[0]), devices=dpcourse.devices(n))
+def reduce_bytes(model_fn, n):
+    ### BEGIN SOLUTION
+    chosen = dpcourse.devices(n)
+    model = model_fn().to(chosen[0])
+    inputs = torch.randn(8, 16, dtype=next(model.parameters()).dtype, device=chosen[0])
+    dp = dpcourse.DataParallel(model, devices=chosen)
     with dpcourse.trace() as t:
-        dp(x[:8]).pow(2).mean().backward()
+        dp(inputs).pow(2).mean().backward()
     return t.steps("reduce-add")[0].bytes_copied
+    ### END SOLUTION
 
 
 # %%
-assert reduce_bytes(4) == 3 * parameter_bytes
-print("exercise 1: reduce-add sums", f"{reduce_bytes(4):,}", "bytes = 3 replicas' gradients")
+exercises.check("reduce_bytes", reduce_bytes)
 
 # %% tags=["solution"]
 def gathered_bytes(model_fn, n, *inputs):
+    ### BEGIN SOLUTION
+    chosen = dpcourse.devices(n)
     with dpcourse.trace() as t:
-        dpcourse.DataParallel(model_fn().to(devices[0]), devices=dpcourse.devices(n))(*inputs)
+        dpcourse.DataParallel(model_fn().to(chosen[0]), devices=chosen)(*inputs)
     return t.steps("gather")[0].bytes_copied
+    ### END SOLUTION
 
 
 # %%
-ratio = gathered_bytes(mlp, 4, x) // gathered_bytes(lambda: WithLoss(mlp()), 4, x, target)
-assert ratio == 256, ratio
-print("exercise 2: the per-sample losses are", ratio, "times fewer bytes to gather")
+exercises.check("gathered_bytes", gathered_bytes)

@@ -112,21 +112,6 @@ with quiz.reveal("10-ddp-averages"):
     grads = ddp.gradients(world_size=2, batch=8)
     print(grads)
 
-# %% [markdown]
-# DDP's gradient is the **mean** of the two ranks' gradients, and it equals the single-device gradient of
-# the whole batch; the sum would be twice too big. The averaging happens inside the all-reduce: each
-# bucket of gradients is divided by the number of ranks and then summed across them. torch's reference
-# hook spells it out (`_allreduce_fut` in `torch/distributed/algorithms/ddp_comm_hooks/default_hooks.py`:
-# "Apply the division first"), and the DDP docstring warns that a *summed* loss therefore gives gradients
-# "M times smaller" than one machine with the whole batch.
-#
-# DataParallel sums instead (lesson 06), and both are right for their setting. DataParallel computes one
-# loss on the gathered output, a mean over all B samples, so each replica's gradient already carries
-# 1/B per sample and the parts add up. A DDP rank's loss is a mean over its own B/2 samples, so each
-# sample carries 2/B, and the average divides by 2 again.
-#
-# That holds when the shards are equal. What if they are not?
-
 # %%
 quiz.ask("10-unequal-shards")
 
@@ -136,13 +121,6 @@ with quiz.reveal("10-unequal-shards"):
     print(unequal)
 
 # %% [markdown]
-# With 5 and 3 samples, DDP still takes the plain mean, and that is no longer the full-batch gradient:
-# rank 1's samples count 1/6 each, rank 0's 1/10, where one device gives every sample 1/8. Weighting each
-# rank by its shard size recovers it (the last row). `DistributedSampler` avoids unequal shards by
-# repeating a few samples so that every rank gets as many (exercise 2), but batches built by a token
-# budget, common with text, still differ from rank to rank. It is the same bias as DataParallel's mean of
-# per-replica means over uneven chunks (lesson 06, *The mean-of-means pitfall*).
-#
 # Equal averaged gradients, applied by the same optimizer, keep the ranks' copies equal. DataParallel
 # has nothing to keep in sync: its replicas live for one forward. DDP's copies live for the whole run,
 # so this is what stops them from drifting apart. After each of the 3 training steps above, both ranks'
@@ -289,7 +267,7 @@ print(f"  in the threads {sorted({span.thread for span in dp_trace.spans})}")
 # With CPU devices, as stored, DDP and DataParallel share the machine's cores, and gloo sends the gradients
 # through the loopback network, so the timings say nothing about GPUs. On a machine with one GPU the two
 # figures do not compare either: DataParallel runs on the GPU while the DDP ranks, with gloo, run on the CPU.
-# With a GPU per rank, NCCL runs the all-reduces on its own CUDA stream.
+# With a GPU per rank, NCCL runs the all-reduces on its own [CUDA stream](00_start_here.ipynb#Glossary).
 # One DataParallel step on a real GPU ships with the course (`dpcourse.recording`, lesson 09): 3 replicas of
 # lesson 09's MLP sharing one GPU. Next to the stored CPU run above, its backward runs on the autograd engine's
 # thread for the GPU (`Dummy-1`), not on the main thread:
@@ -324,7 +302,7 @@ print(costmodel.FORMULAS["DataParallel"], costmodel.formula("DDP"), sep="\n\n")
 #
 # Its assumptions: a step is the sum of these terms and nothing else (no memory limits, kernel fusion,
 # uneven chunks or GPU scheduling); GPU arithmetic runs at a data-centre GPU's fp32 speed and memory
-# bandwidth, and links at PCIe 3 or NVLink speed, all from published specifications; the Python cost per
+# bandwidth, and links at the A100's [PCIe](00_start_here.ipynb#Glossary) 4.0 or [NVLink](00_start_here.ipynb#Glossary) speed, all from published specifications; the Python cost per
 # module call and per replicated module is an assumed order of magnitude, not measured on a GPU machine;
 # DataParallel's copies are pipelined by NCCL. `costmodel.PRESETS` names the source of every number.
 # ResNet-50 (`costmodel.EXAMPLE`) is the model. Its FLOPs are not typed in but counted from its layers
@@ -539,45 +517,42 @@ exercises.check("distributed_indices", distributed_indices)
 #    `seen_twice(samples, ranks)`.
 # 3. With the cost model, find the smallest batch in `(32, 64, 128, 256, 512, 1024)` at which DDP on
 #    "8 GPUs, PCIe" is at least 6 times faster than one GPU for ResNet-50 (`costmodel.EXAMPLE` with
-#    another batch).
+#    another batch): write `smallest_batch(target, preset)`.
 
 # %% tags=["solution"]
 def full_batch_gradient(local, sizes):
+    ### BEGIN SOLUTION
     return sum(size * gradient for gradient, size in zip(local, sizes)) / sum(sizes)
+    ### END SOLUTION
 
 
 # %%
-rebuilt = full_batch_gradient(unequal.local, [5, 3])
-assert (rebuilt - unequal.full_batch).abs().max() < 1e-6, "weigh each rank's gradient by its shard size"
-print("exercise 1: the size-weighted mean is the full-batch gradient")
+exercises.check("full_batch_gradient", full_batch_gradient)
 
 # %% tags=["solution"]
 from torch.utils.data import DistributedSampler
 
 
 def seen_twice(samples, ranks):
+    ### BEGIN SOLUTION
     seen = [i for r in range(ranks) for i in DistributedSampler(range(samples), num_replicas=ranks, rank=r,
                                                                  shuffle=False)]
     return sorted({i for i in seen if seen.count(i) > 1})
+    ### END SOLUTION
 
 
 # %%
-assert seen_twice(10, 3) == [0, 1] and seen_twice(12, 3) == []
-print("exercise 2: with 10 samples on 3 ranks, samples", seen_twice(10, 3), "are used twice per epoch")
+exercises.check("seen_twice", seen_twice)
 
 # %% tags=["solution"]
-def smallest_batch(target=6.0, preset="8 GPUs, PCIe"):
+def smallest_batch(target, preset):
+    ### BEGIN SOLUTION
     for batch in (32, 64, 128, 256, 512, 1024):
         if costmodel.predict_speedup(preset, dataclasses.replace(costmodel.EXAMPLE, batch=batch)).ddp[-1] >= target:
             return batch
+    return None
+    ### END SOLUTION
 
 
 # %%
-def ddp_on_8_pcie(batch):
-    return costmodel.predict_speedup("8 GPUs, PCIe", dataclasses.replace(costmodel.EXAMPLE, batch=batch)).ddp[-1]
-
-
-found = smallest_batch()
-assert found is not None and ddp_on_8_pcie(found) >= 6, "the batch you return must reach 6x"
-assert all(ddp_on_8_pcie(b) < 6 for b in (32, 64, 128, 256, 512, 1024) if b < found), "a smaller batch reaches 6x"
-print(f"exercise 3: DDP reaches 6x on 8 GPUs over PCIe from batch {found} ({ddp_on_8_pcie(found):.2f}x)")
+exercises.check("smallest_batch", smallest_batch)

@@ -63,17 +63,6 @@ with quiz.reveal("11-review-five-rows-output"):
     print("backward:       .grad equals the oracle's:", examples.max_grad_difference(model, oracle) < 1e-6)
 
 # %% [markdown]
-# | step | forward | backward | classic pitfall | fix | lesson |
-# |---|---|---|---|---|---|
-# | **scatter** | `torch.chunk` along `dim`: chunks of ceil(B/n) rows, maybe fewer chunks than devices; containers walked into, other objects shared | the chunks' gradients concatenated on the input's device | arguments with different batch sizes: the last replicas are called without some of them ("missing argument") | give every scattered argument the same batch size | 02 |
-# | **replicate** | a shallow copy of the model per used device, parameters copied by `Broadcast`, replica 0 on the originals, every forward | `ReduceAdd`: the copies' gradients **summed** into `.grad` on `devices[0]` | `self.counter += 1` in `forward` is lost; `next(self.parameters())` raises `StopIteration`; BatchNorm keeps chunk 0's statistics | in-place buffer updates; take devices from tensors; SyncBatchNorm with DDP | 03, 06 |
-# | **parallel_apply** | replica i on chunk i in its own thread (inline for one replica), grad mode and [autocast](00_start_here.ipynb#Glossary)'s on/off flag passed on, not its dtype (`parallel_apply.py:77-80, 109`; lesson 16) | each replica's backward, through autograd | errors arrive as "Caught X in replica i on device d"; the [GIL](00_start_here.ipynb#Glossary) limits the speed-up | read the replica number against the chunk sizes; DDP for speed | 04, 09 |
-# | **gather** | outputs concatenated on `output_device` (default `devices[0]`); a 0-d output per replica becomes a vector | the output's gradient split back with the same chunk sizes | `.mean()` of per-replica mean losses is not the batch mean when chunks are uneven; device 0 fills up | compute the loss on the gathered output (or return per-sample losses) | 05, 06 |
-#
-# The source behind every row: `torch/nn/parallel/scatter_gather.py`, `replicate.py`, `parallel_apply.py` and
-# `_functions.py` (Scatter, Gather, Broadcast, ReduceAddCoalesced), and their dpcourse twins of the same names.
-
-# %% [markdown]
 # ## Your progress
 # Your answers from every lesson, read from your progress file (`~/.dpcourse/progress.json`, or the file named
 # by `DPCOURSE_PROGRESS`). Press *Refresh* after answering the questions above.

@@ -169,7 +169,7 @@ exercises.check("capstone_data_parallel", data_parallel)
 # %% [markdown]
 # ## What you built, and what torch adds
 # Your `data_parallel` is DataParallel's forward and backward. torch's adds: copies in buckets of 10 MiB
-# (`torch/nn/parallel/comm.py`), CUDA streams and devices per thread, grad mode and
+# (`torch/nn/parallel/comm.py`), [CUDA streams](00_start_here.ipynb#Glossary) and devices per thread, grad mode and
 # [autocast](00_start_here.ipynb#Glossary)'s on/off flag carried into the threads, not its dtype (`torch/nn/parallel/parallel_apply.py:77-80, 109`; lessons 04 and
 # 16), errors re-raised with the replica's number, kwargs and nested inputs (lesson 02), nested outputs
 # (lesson 05), and the shortcut for a single device.

@@ -76,12 +76,6 @@ with quiz.reveal("13-reduce-others"):
     display(viz.collective(moved["reduce"]))
 
 # %% [markdown]
-# Rank 0 holds the sum. The others hold *partial sums*, left over from the way gloo passed the pieces
-# towards rank 0: the docstring promises the result to `dst` only ("Only the process with rank `dst` is going
-# to receive the final result", `torch/distributed/distributed_c10d.py: reduce`), and nothing about the other
-# tensors. DataParallel's backward is a reduce of this kind: every replica's gradients are added onto device 0,
-# and only device 0 keeps the sum (reduce-add, lesson 06).
-#
 # ### All-reduce
 # **An all-reduce combines one tensor from every rank into one result that every rank receives.** Every rank
 # passes a tensor of the same shape and dtype; afterwards each holds, in place, the elementwise combination of
@@ -140,12 +134,6 @@ with quiz.reveal("13-send-first"):
     received = pointtopoint.pass_right(world_size=3, blocking=False)
     for rank, number in enumerate(received):
         print(f"rank {rank} received {number}, from rank {(rank - 1) % 3}")
-
-# %% [markdown]
-# `dist.send` is blocking: it is `isend` followed by a wait for the send to complete
-# (`torch/distributed/distributed_c10d.py: send`), and on gloo that happens only once the receiver has posted
-# its `recv`. With every rank inside `send`, nobody reaches `recv`, and the quiz's experiment has to stop
-# the waiting ranks. With `isend` every rank reaches its `recv`, and then its send can complete.
 
 # %% [markdown]
 # ## All-reduce, written with send and recv
@@ -261,13 +249,9 @@ with quiz.reveal("13-ring-bytes"):
     display(viz.bytes_per_rank(runs, 4_800, {n: dp["replicate"] / dp["parameters"] for n, dp in dataparallel.items()}))
 
 # %% [markdown]
-# Reduce-then-broadcast costs rank 0 (N − 1) S, growing with every rank; the ring costs every rank
-# 2 (N − 1) pieces of S / N bytes, 2(N − 1)/N · S, which approaches 2 S and never reaches it. On 2 ranks the two are the same: each rank sends
-# its tensor once.
-#
 # Both algorithms send the same total, 2 (N − 1) S over all ranks (the `total` ending each line): the ring does
 # not send less, it shares the sending out evenly. That pays where every rank has a link of its own (GPUs
-# joined by NVLink, machines on a network): there the busiest link carries 2(N − 1)/N · S around a ring and
+# joined by [NVLink](00_start_here.ipynb#Glossary), machines on a network): there the busiest link carries 2(N − 1)/N · S around a ring and
 # (N − 1) S through rank 0. Here it has nothing to work with: the ranks share a few cores and one memory,
 # and gloo sends through the loopback interface, so every "link" is the same memory bus. And every message
 # has a fixed cost, whatever its size: a ring rank sends 2 (N − 1) messages, a rank other than 0 in
@@ -326,20 +310,25 @@ for n, dp in dataparallel.items():
 # 1. On 8 ranks, how many bytes does each rank send in a ring all-reduce of the gradients of a model with
 #    25 million float32 parameters? And rank 0 in reduce-then-broadcast? Write `ring_and_rank0(n, nbytes)`.
 # 2. `moved["reduce"]` shows rank 2's tensor after the reduce. Which of its pieces still hold rank 2's own
-#    values, unchanged? Answer from `moved["reduce"].after_from`.
+#    values, unchanged? Write `own_pieces(after_from, rank)`, then answer with
+#    `own_pieces(moved["reduce"].after_from, 2)`.
 
 # %% tags=["solution"]
 def ring_and_rank0(n, nbytes):
+    ### BEGIN SOLUTION
     return 2 * (n - 1) * nbytes / n, (n - 1) * nbytes
+    ### END SOLUTION
 
 
 # %%
-ring_bytes, rank0_bytes = ring_and_rank0(8, 25_000_000 * 4)
-assert (ring_bytes, rank0_bytes) == (175_000_000, 700_000_000)
-print(f"exercise 1: ring {ring_bytes:,.0f} bytes per rank; reduce-then-broadcast {rank0_bytes:,} bytes from rank 0")
+exercises.check("ring_and_rank0", ring_and_rank0)
 
 # %% tags=["solution"]
-own_pieces = [piece for piece, ranks in enumerate(moved["reduce"].after_from[2]) if ranks == (2,)]
+def own_pieces(after_from, rank):
+    ### BEGIN SOLUTION
+    return [piece for piece, ranks in enumerate(after_from[rank]) if ranks == (rank,)]
+    ### END SOLUTION
+
 
 # %%
-print("exercise 2: rank 2's pieces holding its own values after the reduce:", own_pieces)
+exercises.check("own_pieces", own_pieces)

@@ -80,11 +80,6 @@ with quiz.reveal("14-divide-by-steps"):
               f"last bias gradient = {ratio:.4f} x one device's")
 
 # %% [markdown]
-# Unweighted, the three micro-batch gradients add up to 3 times the full-batch gradient: each mean already
-# gives its 8 samples 1/8, where the full batch gives 1/24. With SGD that is a 3 times larger learning rate,
-# and it changes whenever K does. Divided by K, the sum is the full-batch gradient, to float rounding.
-
-# %% [markdown]
 # ## Under DataParallel
 # The loop does not change when `model` is a `DataParallel`: the loss is computed on the gathered output
 # (lesson 05) and the backward adds into the same `.grad` of the original model (lesson 06). A micro-batch
@@ -120,12 +115,6 @@ with quiz.reveal("14-dp-reduce-adds"):
         dp_steps.append({step: len(t.steps(step)) for step in ("replicate", "reduce-add")})
     for k, counts in enumerate(dp_steps, start=1):
         print(f"micro-step {k}: {counts}")
-
-# %% [markdown]
-# Every micro-step copies the weights to the replicas and sums the copies' gradients onto device 0. The
-# reduce-add is not a call that could be postponed: it is `Broadcast.backward`, a node of the graph that
-# every forward builds (`torch/nn/parallel/_functions.py`). DataParallel has no `no_sync()`:
-# accumulation saves it optimizer steps, never communication.
 
 # %% [markdown]
 # ## Under DDP: no_sync()
@@ -173,26 +162,14 @@ quiz.ask("14-forward-outside")
 # The first three runs, each loss divided by K = 3, against one device with all 24 rows:
 
 # %% tags=["reveals-answer"]
-with quiz.reveal("14-no-sync-allreduces", "14-forward-outside"):
+with quiz.reveal("14-no-sync-allreduces", "14-forward-outside", part=1):
     every, no_sync, forward_outside = schedules.runs[:3]
     for run in (every, no_sync, forward_outside):
         print(run)
     print(f"max |g_no_sync - g_every_micro_step| {examples.gap((no_sync.grads[0] - every.grads[0]).abs().max().item())}")
 
-# %% [markdown]
-# - **Without `no_sync()`** every micro-step all-reduces: 3 all-reduces for one optimizer step.
-# - **With `no_sync()`** only the last does, and the gradient is the same to float rounding: averaging
-#   every micro-step and adding up gives what averaging the sum once gives, with the additions in another
-#   order.
-# - **With the forward outside** all 3 micro-steps all-reduce again: DDP decided at the end of each forward
-#   (`_post_forward` calls `reducer.prepare_for_backward`). The docstring of `no_sync` warns: "The forward
-#   pass should be included inside the context manager, or else gradients will still be synchronized."
-#
-# In all three, 4 rows per rank × 3 micro-steps × 2 ranks = 24 rows, and the gradient is one device's
-# gradient over the 24. The pictures, from the counts measured above (DataParallel's from its traces):
-
 # %% tags=["reveals-answer"]
-with quiz.reveal("14-no-sync-allreduces", "14-forward-outside"):
+with quiz.reveal("14-no-sync-allreduces", "14-forward-outside", part=2):
     display(viz.accumulation_timeline([
         ("DataParallel, 2 devices", "reduce-add", {"device 0": [s["reduce-add"] for s in dp_steps]}),
         ("DDP, 2 ranks", "all-reduce", {f"rank {r}": c for r, c in enumerate(every.allreduces)}),
@@ -201,12 +178,8 @@ with quiz.reveal("14-no-sync-allreduces", "14-forward-outside"):
          {f"rank {r}": c for r, c in enumerate(forward_outside.allreduces)}),
     ]))
 
-# %% [markdown]
-# Under DDP, too, the weight is needed. Without it the gradient is K = 3 times too big, whatever `no_sync()`
-# does:
-
 # %% tags=["reveals-answer"]
-with quiz.reveal("14-no-sync-allreduces", "14-forward-outside"):
+with quiz.reveal("14-no-sync-allreduces", "14-forward-outside", part=3):
     print(schedules.runs[3])
 
 # %% [markdown]
@@ -222,17 +195,13 @@ quiz.ask("14-last-partial")
 # measured the mean of means this way):
 
 # %% tags=["reveals-answer"]
-with quiz.reveal("14-last-partial"):
+with quiz.reveal("14-last-partial", part=1):
     by_steps = accumulation.sample_weights(10, micro_batch=4, rule="1/K")
     print(by_steps)
     print(accumulation.sample_weights(10, micro_batch=4, rule="b_k/B"))
     display(viz.micro_batch_weights(by_steps))
 
 # %% [markdown]
-# Dividing by K gives each *micro-batch* the weight 1/3, shared among its rows: 1/12 for the first 8 rows, 1/6
-# for the last 2. It is lesson 06's mean of means, with micro-batches in place of replicas. Weighting each
-# loss by its share of the rows, b_k / B (4/10, 4/10, 2/10), gives every sample 1/10 again.
-#
 # Under DataParallel both biases can meet: micro-batches of 3 rows split 2 + 1 over 2 devices, and a model
 # that returns each replica's mean loss (lesson 06's `examples.LossInside`) averages means inside every micro-step
 # too. Four ways, 10 rows, each against one device:
@@ -276,13 +245,9 @@ viz.micro_batch_weights(mean_of_means)
 # DDP then averages the ranks. With a short last micro-batch on both ranks (4 + 4 + 2 rows each):
 
 # %% tags=["reveals-answer"]
-with quiz.reveal("14-last-partial"):
+with quiz.reveal("14-last-partial", part=2):
     for run in schedules.runs[4:]:
         print(run)
-
-# %% [markdown]
-# With b_k / B the average over ranks is the full-batch gradient here because both ranks have 10 rows in
-# all; when the ranks' totals differ, lesson 10's unequal-shard bias comes on top.
 
 # %% [markdown]
 # ## Write it yourself

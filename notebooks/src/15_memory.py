@@ -103,13 +103,6 @@ with quiz.reveal("15-adam-state"):
     print()
     print(one_device["Adam"])
 
-# %% [markdown]
-# Adam keeps two tensors the size of each parameter, `exp_avg` and `exp_avg_sq`, and a 4-byte `step` per
-# parameter tensor (`torch/optim/adam.py: Adam._init_group`): the bytes beyond a whole multiple, printed
-# last on each line, are those counters, too few to show in the ratio. With Adam a device holds the parameter
-# bytes four times over before a single activation. The batch only moves the last two kinds; the last panel is
-# SGD with a quarter of the batch:
-
 # %%
 viz.memory_bars([*one_device.values(), memory.measure(dataclasses.replace(setup, batch=64, optimizer="SGD"))])
 
@@ -160,24 +153,6 @@ with quiz.reveal("15-dp-most-memory"):
     display(viz.memory_bars([one_device["Adam"], dp]))
 
 # %% [markdown]
-# Every device holds a whole replica and the activations of its quarter of the batch. Device 0 also holds:
-#
-# - **the summed gradients.** Each replica's gradients flow back to the `Broadcast` that copied the parameters,
-#   whose backward adds them up onto device 0 (`torch/nn/parallel/_functions.py: Broadcast.backward`), into
-#   the model's `.grad`. Device 0 holds its replica's gradients and their sum: two sets.
-# - **the optimizer state.** The optimizer updates the model, on device 0, and creates `exp_avg` and
-#   `exp_avg_sq` next to each parameter (`torch.zeros_like(p)` in `torch/optim/adam.py: Adam._init_group`);
-#   its 4-byte `step` counters stay on the CPU unless `capturable` or `fused` is set (`adam.py:168-176`).
-#   The other devices keep none: their replicas are rebuilt at every forward.
-# - **the outputs and the loss, of the whole batch.** The outputs are gathered on `output_device`, by default
-#   device 0 (`torch/nn/parallel/data_parallel.py: DataParallel.forward`), and the loss is computed there.
-#
-# "The original module" is not on the list: replica 0 *is* the model (lesson 03), so device 0's parameters are
-# counted once. Here device 0 even needs more than one device training alone on the whole batch: it saves only a
-# quarter of the activations, but keeps a second set of gradients, which are larger for this model. Adding devices
-# does not help a model whose parameters, gradients and optimizer state fill one device: device 0 runs out first
-# (huggingface/transformers#279, facebookresearch/DPR#104).
-#
 # The other devices' bars are the kinds added up, too. Do their parameter copies and gradients coexist? Each
 # layer's backward frees the copies it saved, but a replica's copies are views of one flat buffer per device
 # (`dpcourse/comm.py: _copy_bucket`; torch's C++ `broadcast_coalesced` also copies one flat buffer and hands
@@ -225,13 +200,6 @@ with quiz.reveal("15-ddp-rank-memory"):
     display(viz.memory_bars([dp2, ddp]))
 
 # %% [markdown]
-# Both ranks hold the same: every rank keeps the whole model, its gradients, its own copy of the optimizer
-# state, and buckets as large as the gradients, into which DDP copies them to average them. Each rank's share
-# of the activations and outputs is half the batch's. For the model itself a rank holds about what
-# DataParallel's device 0 holds; what DDP changes is that no device holds more than the others, so none runs out
-# of memory while another has memory to spare. Splitting the parameters, gradients and optimizer state between
-# the ranks is what sharding does ([ZeRO](00_start_here.ipynb#Glossary), [FSDP](00_start_here.ipynb#Glossary)), not DDP.
-#
 # With `gradient_as_bucket_view=True` the gradients are views into the buckets, which "can reduce peak memory
 # usage, where the saved memory size will be equal to the total gradients size" (the DDP docstring,
 # `torch/nn/parallel/distributed.py`):
@@ -345,36 +313,48 @@ exercises.check("device0_surplus", device0_surplus)
 # ## Exercises
 # 1. With `memory.predict`, find the smallest batch among 256, 1024, 4096 and 16384 for which DataParallel's
 #    device 0 holds more than twice what each DDP rank holds (the lesson's MLP with 32000 classes, plain SGD,
-#    4 devices).
+#    4 devices): write `batch_for_twice(candidates, n)`.
 # 2. How much memory does `gradient_as_bucket_view=True` save on each of 8 DDP ranks for an MLP of width
-#    4096 and depth 8? Answer with `memory.predict`.
+#    4096 and depth 8? Answer with `memory.predict`: write `bucket_view_saving(width, depth, n)`.
 # 3. Profile a model whose activations dwarf its parameters: width 256, depth 3, 10 classes, batch 1024, SGD.
-#    How does the allocator's peak compare with the kinds added up, and in which phase is it?
+#    How does the allocator's peak compare with the kinds added up, and in which phase is it? Write
+#    `peak_against_kinds(setup)`, then call it on that setup.
 
 # %% tags=["solution"]
-def batch_for_twice(candidates=(256, 1024, 4096, 16384)):
+def batch_for_twice(candidates, n):
+    ### BEGIN SOLUTION
     for batch in candidates:
-        common = {"devices": 4, "batch": batch, "optimizer": "SGD", "model": memory.sized_mlp(classes=32000)}
+        common = {"devices": n, "batch": batch, "optimizer": "SGD", "model": memory.sized_mlp(classes=32000)}
         dp_first = memory.predict(Setup(kind="DataParallel", **common)).totals[0]
         if dp_first > 2 * memory.predict(Setup(kind="DDP", **common)).totals[0]:
             return batch
+    return None
+    ### END SOLUTION
 
 
 # %%
-print("exercise 1: DataParallel's device 0 holds over twice a DDP rank's bytes from batch", batch_for_twice())
+exercises.check("batch_for_twice", batch_for_twice)
 
 # %% tags=["solution"]
-big = memory.sized_mlp(width=4096, depth=8)
-per_rank = [memory.predict(Setup(kind="DDP", devices=8, model=big, bucket_view=view)).totals[0]
-            for view in (False, True)]
+def bucket_view_saving(width, depth, n):
+    ### BEGIN SOLUTION
+    model = memory.sized_mlp(width=width, depth=depth)
+    per_rank = [memory.predict(Setup(kind="DDP", devices=n, model=model, bucket_view=view)).totals[0]
+                for view in (False, True)]
+    return per_rank[0] - per_rank[1]
+    ### END SOLUTION
+
 
 # %%
-print(f"exercise 2: {(per_rank[0] - per_rank[1]) / MIB:,.0f} MiB saved per rank, the size of the gradients")
+exercises.check("bucket_view_saving", bucket_view_saving)
 
 # %% tags=["solution"]
-wide_batch = Setup(batch=1024, optimizer="SGD", model=memory.sized_mlp(width=256, depth=3, classes=10))
-profiled = memory.profile_step(wide_batch)
+def peak_against_kinds(setup):
+    ### BEGIN SOLUTION
+    profiled = memory.profile_step(setup)
+    return profiled.peak, profiled.peak_phase, memory.predict(setup).totals[0]
+    ### END SOLUTION
+
 
 # %%
-print(f"exercise 3: peak {profiled.peak / MIB:.1f} MiB during the {profiled.peak_phase}, the kinds added up "
-      f"{memory.predict(wide_batch).totals[0] / MIB:.1f} MiB")
+exercises.check("peak_against_kinds", peak_against_kinds)

@@ -61,26 +61,6 @@ with quiz.reveal("16-plain-thread"):
     for way, calls in in_bfloat16.items():
         print(f"{way:<36} {calls}")
 
-# %% [markdown]
-# A plain `threading.Thread` computes in float32: a new thread starts with autocast off. dpcourse's
-# DataParallel replicas (on 2 CPU devices) compute in bfloat16 because `dpcourse.parallel_apply` reads the caller's state and
-# enters autocast again inside every replica's thread (`dpcourse/parallel_apply.py`):
-#
-# ```python
-# autocast_state = {t: (torch.is_autocast_enabled(t), torch.get_autocast_dtype(t)) for t in {d.type for d in devices}}
-# ...                                                            # then, in replica i's thread:
-# enabled, dtype = autocast_state[device.type]
-# with ..., torch.autocast(device.type, enabled=enabled, dtype=dtype), ...:
-#     results[i] = module(*args, **kwargs)
-# ```
-#
-# torch's `parallel_apply` does the same with one difference. Its `_worker` enters
-# `torch.amp.autocast(device_type, enabled=autocast_enabled)`, where `autocast_enabled` was read in the
-# caller with `torch.is_autocast_enabled()`: the on/off flag, but no dtype
-# (`torch/nn/parallel/parallel_apply.py: parallel_apply`). torch needs a GPU to run it, so
-# `precision.in_torch_style_worker` re-enacts that `_worker` on the CPU. What does it compute in when the
-# caller asked for float16?
-
 # %%
 quiz.ask("16-enabled-only")
 
@@ -94,12 +74,6 @@ with quiz.reveal("16-enabled-only"):
     display(viz.autocast_threads({"torch.autocast('cpu')": in_bfloat16, "torch.autocast('cpu', dtype=torch.float16)": in_float16}))
 
 # %% [markdown]
-# The worker turned autocast on and got the thread's own default dtype, bfloat16, not the caller's float16.
-# A new thread's default for CUDA is float16 (the last line), so by the same source, `autocast("cuda", dtype=torch.bfloat16)` around
-# torch's DataParallel runs its replicas in float16 (read from the source; the course has no GPU
-# measurement). A single replica runs in the calling thread and keeps the caller's dtype. dpcourse passes the
-# dtype too.
-#
 # A dtype that differs between threads can also break a model outright. Autocast keeps the low-precision
 # copy of each weight while the outermost block lasts, to cast it once per forward. That cache is one map for
 # the whole process, keyed by the weight alone (`aten/src/ATen/autocast_mode.cpp: get_cached_casts`),
@@ -191,10 +165,6 @@ with quiz.reveal("16-overflow-skip"):
     display(viz.loss_scale(steps))
 
 # %% [markdown]
-# Every overflowing step is skipped (the weights stay as they were) and halves the scale, until the gradients
-# fit. After 3 good steps in a row the scale doubles, overflows again, and halves again: GradScaler keeps the
-# scale just under the overflow. No step ever applied an inf.
-#
 # Under DataParallel nothing changes: the scaler and the optimizer hold the original model's parameters,
 # and DataParallel sums the replicas' gradients into them (lesson 06). The same run on 2 devices:
 
@@ -249,15 +219,6 @@ with quiz.reveal("16-compression-error"):
     bf16_error, fp16_error = ordinary["bf16, dpcourse's copy"], ordinary["fp16_compress_hook"]
     print(f"ordinary gradients: bfloat16's error is {bf16_error / fp16_error:.1f} times float16's")
     display(viz.compression_error(compressed))
-
-# %% [markdown]
-# - **Ordinary gradients** (times 1): float16 compression is closer, by the factor the cell prints. Three more
-#   bits of fraction make one rounding 8 times finer; the largest error after two roundings (each rank's
-#   share, then the sum) need not shrink by the same factor.
-# - **Small gradients** (times 1e-6): float16 turns most of them into 0; bfloat16 keeps them.
-# - **Scaled gradients**: with GradScaler, DDP all-reduces during the backward of the *scaled* loss, before
-#   `unscale_`. At 2^16 they still fit float16. At 2^24 the float16 all-reduce overflows to inf and NaN, on
-#   every rank alike, so every rank's GradScaler finds it and skips the same step.
 
 # %% [markdown]
 # ## Write it yourself

@@ -65,43 +65,13 @@ quiz.ask("17-set-epoch")
 # - **set_epoch**: `DistributedSampler(dataset)` and `sampler.set_epoch(epoch)` at the start of every epoch.
 
 # %% tags=["reveals-answer"]
-with quiz.reveal("17-no-sampler", "17-set-epoch"):
+with quiz.reveal("17-no-sampler", "17-set-epoch", part=1):
     coverage = sampling.coverage(samples=12, epochs=2)
     print(coverage)
 
 # %% tags=["reveals-answer"]
-with quiz.reveal("17-no-sampler", "17-set-epoch"):
+with quiz.reveal("17-no-sampler", "17-set-epoch", part=2):
     display(viz.sampler_coverage(coverage.samples, coverage.orders))
-
-# %% [markdown]
-# Read the four panels from the top:
-#
-# - **No sampler**: each rank trains on all 12 samples, in the same order, so every sample counts twice
-#   (dark grey). Each step all-reduces two gradients of the same 3 samples: two ranks do the work of one,
-#   and an epoch takes as many steps as on one device.
-# - **A seed per rank**: the ranks cut *different* permutations, so their halves overlap. The table counts
-#   the samples trained on twice and those never trained on in each epoch. The `DistributedSampler`
-#   docstring says the seed "should be identical across all processes in the distributed group".
-# - **No set_epoch**: the split is right (no repeats, none missing), but every epoch repeats epoch 0's
-#   order: the numbers in the boxes, each sample's position in its rank's epoch, are the same in both rows.
-# - **set_epoch**: a fresh split of a fresh shuffle every epoch, each sample once.
-#
-# The recipe, then. The sampler reads the rank and the number of ranks from the [process group](00_start_here.ipynb#Glossary) (as it did
-# on the ranks above) and does the shuffling, so the loader gets no `shuffle=True` (`DataLoader` refuses
-# both: "sampler option is mutually exclusive with shuffle", `torch/utils/data/dataloader.py`:
-# `DataLoader.__init__`):
-#
-# ```python
-# sampler = DistributedSampler(dataset)                 # same default seed, 0, on every rank
-# loader = DataLoader(dataset, batch_size=batch_per_rank, sampler=sampler)
-# for epoch in range(epochs):
-#     sampler.set_epoch(epoch)
-#     for x, y in loader:
-#         ...
-# ```
-#
-# When the data set does not divide evenly, the sampler repeats a few samples so that every rank gets as
-# many (lesson 10, exercise 2), or drops the tail with `drop_last=True`.
 
 # %% [markdown]
 # ### Exercise: a rank's samples in a given epoch
@@ -178,41 +148,22 @@ quiz.ask("17-uneven-no-join")
 
 # %% [markdown]
 # `uneven.uneven` trains that way three times: without `join()`, with `ddp_model.join()`, and with
-# `ddp_model.join(divide_by_initial_world_size=False)`. Each way runs on a process group of its own, created
+# `ddp_model.join(divide_by_initial_world_size=False)`. Each way runs on a [process group](00_start_here.ipynb#Glossary) of its own, created
 # with the short timeout passed below (the default, printed last, is much longer); `launch` would stop both ranks at its own deadline anyway (`dpcourse/ddp/demos/uneven.py`):
 
 # %% tags=["reveals-answer"]
-with quiz.reveal("17-uneven-no-join"):
+with quiz.reveal("17-uneven-no-join", part=1):
     steps = uneven.uneven(batches=(3, 2), timeout=1.0)
     print(steps)
     print("rank processes still running:", multiprocessing.active_children())
     print("a process group's default timeout under gloo:", torch.distributed.constants.default_pg_timeout)
 
 # %% tags=["reveals-answer"]
-with quiz.reveal("17-uneven-no-join"):
+with quiz.reveal("17-uneven-no-join", part=2):
     notes = {mode: f"rank 0's step 3 used {steps.last_step_scale(mode):.2f} x its own gradient"
              for mode in uneven.MODES[1:]}
     display(viz.uneven_steps(steps.batches, {m: steps.steps(m) for m in uneven.MODES},
                      {m: [e is not None for e in steps.errors(m)] for m in uneven.MODES}, notes))
-
-# %% [markdown]
-# - **No join**: rank 1 finished its 2 batches and left the loop. Rank 0's third backward started an
-#   all-reduce that no partner joined; it waited until the process group's timeout and then failed with
-#   gloo's error (printed above). Nothing checks the batch counts in advance; the Join tutorial puts it
-#   generally: with fewer inputs on one rank, "the other ranks will hang or error (depending on the
-#   backend)".
-# - **`with ddp_model.join():`** around the loop: a rank that has run out of batches keeps answering the
-#   others' all-reduces, contributing zeros, until every rank has run out ("shadowing" them;
-#   `torch/nn/parallel/distributed.py`: `DistributedDataParallel.join`). Both ranks finish.
-# - **The zeros still count.** By default the sum is divided by all the ranks, so rank 0's extra step
-#   applied half its own gradient (the printed 0.5). `divide_by_initial_world_size=False` divides by the
-#   ranks that still have data, and the step applies the rank's whole gradient. With equal batches, the
-#   default gives every sample the same weight in every step, one over (ranks x batch size), as in the
-#   steps before; the other choice gives the last steps' samples more.
-#
-# `join()` is the DDP form of the generic `torch.distributed.algorithms.Join([ddp_model, ...])` context
-# manager, which also takes a `ZeroRedundancyOptimizer` (`torch/distributed/algorithms/join.py`; the
-# tutorial "Distributed Training with Uneven Inputs Using the Join Context Manager").
 
 # %% [markdown]
 # ## A parameter without a gradient: find_unused_parameters
@@ -235,19 +186,6 @@ with quiz.reveal("17-unused-parameter"):
     print("\nparameter indices:", list(enumerate(name for name, _ in unused.TwoHeads().named_parameters())))
 
 # %% [markdown]
-# The first step ran; the second forward raised. The first backward returned with the reduction unfinished
-# (nothing waits for `spare`'s gradient there), and the next forward checks that it finished
-# (`torch/csrc/distributed/c10d/reducer.cpp`: `Reducer::ensure_prior_reduction_finished`). The message
-# names parameters 4 and 5, `spare.weight` and `spare.bias`.
-#
-# - `find_unused_parameters=True`: after every forward DDP walks the autograd graph from the outputs and
-#   marks every parameter it does not reach as ready to be reduced (the DDP docstring,
-#   `torch/nn/parallel/distributed.py`). Training runs; `spare`'s `.grad` stays `None` on every rank, and
-#   the used parameters' gradients are equal on every rank, averaged as usual.
-# - `static_graph=True` promises that the set of used parameters, and the graph, never change; then DDP
-#   "will not search graph in each iteration to detect unused parameters" (the same docstring). It trains
-#   too.
-#
 # What the option costs is that walk, at every step. When it finds nothing, torch says so, on the rank's standard
 # error (captured here from rank 0 for a model whose parameters are all used):
 
@@ -282,12 +220,6 @@ quiz.ask("17-global-variance")
 # %% tags=["reveals-answer"]
 with quiz.reveal("17-global-variance"):
     print(batchnorm.global_variance([[-1, 1], [1, 3]]))
-
-# %% [markdown]
-# torch 2.13 runs `nn.SyncBatchNorm` on GPUs (and XPU, HPU or a privateuse1 backend) only: in training under
-# a process group, its forward refuses CPU tensors (`torch/nn/modules/batchnorm.py:843-853`:
-# `SyncBatchNorm.forward`), and the kernels it calls, `torch.batch_norm_stats` among them, have no CPU
-# implementation:
 
 # %%
 try:

@@ -7,10 +7,12 @@
 # - how [ZeRO](00_start_here.ipynb#Glossary)'s first [stage](00_start_here.ipynb#Glossary) removes them: the
 #   parameters seen as one flat vector, cut into one [shard](00_start_here.ipynb#Glossary) per rank, and each
 #   rank's Adam updating only its shard;
-# - a ZeRO-1 training step: [all-reduce](00_start_here.ipynb#Glossary) the gradients, update the shard,
-#   all-gather the updated shards, and why an uneven shard is padded for the all-gather;
-# - what it saves (Adam's state per rank, about 1/n of DDP's, measured) and what it costs (an all-gather per
-#   step on top of DDP's all-reduce);
+# - a ZeRO-1 training step, in the course's first and simplest version: [all-reduce](00_start_here.ipynb#Glossary)
+#   the gradients, update the shard, all-gather the updated shards, and why an uneven shard is padded for the
+#   all-gather;
+# - what it saves (Adam's state per rank, about 1/n of DDP's, measured) and what it costs on the wire, counted for
+#   three versions of ZeRO-1: this first one, the ZeRO paper's (a reduce-scatter in the all-reduce's place) and
+#   torch's `ZeroRedundancyOptimizer`, and why each costs what it costs;
 # - how to check it: the same weights as Adam on one device, on 2, 3 and 4 ranks.
 #
 # Lesson 15 counted what one device holds for a training step: with Adam, the optimizer state alone is twice
@@ -29,7 +31,7 @@ from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
 from dpcourse import examples, exercises, quiz, ranks
 from dpcourse.ranks import backend_for
-from dpcourse.sharded import zero1
+from dpcourse.sharded import zero1, zero1_wire
 from dpcourse.viz.shards import shard_layout
 
 print({f"{n} ranks": backend_for(n) for n in (2, 3, 4)})
@@ -60,33 +62,30 @@ expected = ranks.one_device(steps=3, lr=1e-2)
 quiz.ask("18-ddp-state-copies")
 
 # %% [markdown]
-# `zero1.ddp_then_zero1` trains the model for 3 steps twice in one launch of the ranks: first torch's DDP with
-# Adam, on a copy, then the ZeRO-1 of this lesson. `ranks.train_on_ranks` counts, in each rank, the optimizer
-# state of every optimizer that stepped there (`torch.optim.optimizer.register_optimizer_step_post_hook`), and
-# each program reports its own. One launch per number of ranks, and DDP first:
+# `zero1_wire.every_program` trains the model for 3 steps four times in one launch of the ranks, each time from the
+# same weights: first torch's DDP with Adam, then three versions of ZeRO-1 that this lesson compares. Each program
+# reports the bytes of its own optimizer's state (`memory.accounting.state_tensors`, lesson 15). One launch per
+# number of ranks, and DDP first:
 
 # %% tags=["reveals-answer"]
 with quiz.reveal("18-ddp-state-copies"):
-    runs = {n: ranks.train_on_ranks(zero1.ddp_then_zero1, n, steps=3, lr=1e-2) for n in (2, 3, 4)}
+    runs = {n: ranks.train_on_ranks(zero1_wire.every_program, n, steps=3, lr=1e-2) for n in (2, 3, 4)}
     one_device_state = zero1.one_device_state_bytes()
     print(f"Adam's state on one device: {one_device_state:,} bytes")
     for n, results in runs.items():
-        ddp_state = [result["ddp"]["state_bytes"] for result in results]
-        same = ranks.first_difference([result["ddp"] for result in results], expected) is None
+        ddp_state = [result["runs"]["DDP"]["state_bytes"] for result in results]
+        same = ranks.first_difference([result["runs"]["DDP"] for result in results], expected) is None
         print(f"DDP on {n} ranks: {ddp_state} bytes per rank, {sum(ddp_state) // one_device_state} copies; "
               f"weights equal one-device Adam's: {same}")
 
 # %% [markdown]
-# Every rank holds exactly what one device holds: Adam's `exp_avg` and `exp_avg_sq` for every parameter and a
-# step counter per tensor (lesson 15). And every rank computes the same update from the same gradient: n ranks
-# do the same arithmetic n times, and keep its state n times.
-#
 # ## One shard of the state per rank
 # ZeRO-1 keeps one copy, cut into n pieces. See the parameters as one flat vector,
 # `torch.nn.utils.parameters_to_vector(model.parameters())`, and give rank r a contiguous slice of it. Each
 # rank's Adam steps only that slice, so it only keeps state for that slice. A slice crosses the parameters'
 # boundaries where it likes: Adam works number by number, so it does not care which tensor a number came from.
-#
+
+# %% [markdown]
 # Which slice? The rule here is `torch.chunk`'s: slices of `ceil(numel / n)` numbers, in rank order, and the
 # last ones shorter (or empty, when there are too few numbers). FSDP2 cuts each parameter with `torch.chunk`
 # too (`torch/distributed/fsdp/_fully_shard/_fsdp_param.py: FSDPParam._init_sharded_param`). On 4 ranks:
@@ -129,13 +128,6 @@ with quiz.reveal("18-unpadded-all-gather"):
         print(f"rank {rank}, shard of {answer['sizes'][rank]}: {answer['error'] or 'received every shard'}")
 
 # %% [markdown]
-# gloo checks, on every rank, that each receiving piece has the size of the rank's own input, and refuses
-# otherwise (`torch/distributed/distributed_c10d.py: all_gather` hands the lists to the backend). So every
-# rank sends `ceil(numel / n)` numbers: a short slice is padded with zeros at its end, and the gathered vector
-# is cut back to `numel` (`all_gather_padded` in `dpcourse/sharded/collectives.py`). The padding is what the
-# hatched end of the figure above shows: at most n − 1 numbers, sent for nothing. FSDP2 pads the same way, each
-# shard to the size of the first.
-#
 # ## A ZeRO-1 step
 # On every rank, with the rank's own `(x, y)`:
 #
@@ -147,8 +139,10 @@ with quiz.reveal("18-unpadded-all-gather"):
 # 4. **all-gather** the updated slices, padded, and copy the vector into the parameters
 #    (`vector_to_parameters`).
 #
-# `zero1.zero1_program` is these four steps (`dpcourse/sharded/zero1.py`); `runs` above trained it right after
-# DDP. Before its numbers: how many bytes of state should each rank's Adam hold?
+# This is the course's first ZeRO-1, the simplest to write: step 2 is DDP's all-reduce, unchanged. (Step 2 comes
+# back below, where the bytes are counted.) `zero1.zero1_program` is these four steps (`dpcourse/sharded/zero1.py`);
+# `runs` above trained it after DDP, as `"ZeRO-1, all-reduce"`. Before its numbers: how many bytes of state should
+# each rank's Adam hold?
 #
 # ### Exercise: the state each rank keeps
 # Write `adam_state_bytes(numel, rank, world_size)`: the bytes of Adam's state on `rank` when its optimizer
@@ -170,55 +164,92 @@ def adam_state_bytes(numel, rank, world_size):
 exercises.check("adam_state_bytes", adam_state_bytes)
 
 # %% [markdown]
-# The measured state of ZeRO-1 on every rank, next to the rule you wrote (`zero1.adam_state_bytes` is the
-# same rule, so that this cell runs before you have written yours) and to DDP's:
+# The measured state of ZeRO-1 on every rank, next to the rule you wrote (once you have written it) and to DDP's:
 
 # %%
-for n, results in runs.items():
-    measured = [result["state_bytes"] for result in results]
-    predicted = [zero1.adam_state_bytes(numel, rank, n) for rank in range(n)]
-    same = ranks.first_difference(results, expected) is None
-    print(f"{n} ranks: ZeRO-1 {measured} bytes per rank (the rule: {predicted}), "
-          f"{max(measured) / results[0]['ddp']['state_bytes']:.3f} of DDP's; weights equal one-device Adam's: {same}")
+try:
+    rules = {n: [adam_state_bytes(numel, rank, n) for rank in range(n)] for n in runs}
+except NotImplementedError:
+    print("write adam_state_bytes above and run its check, then run this cell again")
+else:
+    for n, results in runs.items():
+        zero1_runs = [result["runs"]["ZeRO-1, all-reduce"] for result in results]
+        measured = [run["state_bytes"] for run in zero1_runs]
+        same = ranks.first_difference(zero1_runs, expected) is None
+        share = max(measured) / results[0]["runs"]["DDP"]["state_bytes"]
+        print(f"{n} ranks: ZeRO-1 {measured} bytes per rank (your rule: {rules[n]}), {share:.3f} of DDP's; "
+              f"weights equal one-device Adam's: {same}")
 
 # %% [markdown]
 # Each rank keeps two averages of its own slice and one step counter, where DDP keeps two averages of every
 # parameter and a counter per tensor: the ratio printed above, close to 1/n. The weights are those of one-device
 # Adam, within 1e-5 relative (`ranks.first_difference`), on every number of ranks, with slices of unequal sizes.
 #
-# ## What it costs: one more collective per step
-# `ranks.train_on_ranks` records every collective a program calls through `torch.distributed`, with the bytes
-# of its whole tensor: the tensor all-reduced, the all-gather's whole output (`ranks.traffic.counted`). DDP's
-# reducer calls its all-reduces from C++ (`torch/csrc/distributed/c10d/reducer.cpp`), where that record cannot
-# see them: the run below trained DDP for 3 steps, then ZeRO-1 for 3, and only ZeRO-1's collectives were
-# recorded. DDP's buckets report their size instead (`ddp.demos.memory.bucket_bytes`), and every step it all-reduces
-# each of them once. On 4 ranks:
+# ## What it costs on the wire: three versions of ZeRO-1
+# Step 2 above receives the whole averaged gradient on every rank, and Adam uses 1/n of it. Two other versions do
+# step 2 otherwise; `runs` trained both after the first, from the same weights:
+#
+# - **ZeRO-1, reduce-scatter** (`zero1.zero1_reduce_scatter_program`), as the ZeRO paper runs its stage 1
+#   (Rajbhandari et al. 2020, section 7.2.1): a **reduce-scatter** (lesson 13, the ring all-reduce's first half)
+#   leaves rank r with the sum of its own slice only, padded as the all-gather is (`reduce_scatter_padded` in
+#   `dpcourse/sharded/collectives.py`). Steps 1, 3 and 4 are unchanged.
+# - **torch's `ZeroRedundancyOptimizer`** under DDP (lesson 21): DDP all-reduces the gradients as always; each
+#   rank's Adam steps the whole parameters it owns; then every owner broadcasts its updated parameters to the
+#   others (`torch/distributed/optim/zero_redundancy_optimizer.py:1151`, `_sync_params` at :813-827 calling
+#   `dist.broadcast` for each parameter in `_broadcast_params_from_rank`, :760-811).
+#
+# `ranks.traffic.counted` records every collective a program calls through `torch.distributed`, with the bytes of
+# its whole tensor: the tensor all-reduced or broadcast, the all-gather's whole output, the reduce-scatter's whole
+# input. DDP's reducer starts its all-reduces from C++ (`torch/csrc/distributed/c10d/reducer.cpp`), where that
+# record cannot see them, so `zero1.ddp_program` (and the DDP under `ZeroRedundancyOptimizer`) all-reduces through
+# torch's own comm hook `allreduce_hook`, which calls `dist.all_reduce` on each bucket from Python
+# (`torch/distributed/algorithms/ddp_comm_hooks/default_hooks.py:35-54`: "DDP results is expected to be same as
+# the case where no hook was registered"). `zero1_wire.every_program` counted each program apart. Per step, on 4
+# ranks:
 
 # %%
-calls = runs[4][0]["collectives"]
-print("recorded in the whole run:", [name for name, _ in calls])
-print("ZeRO-1, one step:", calls[:2])
-print("DDP, one step: all-reduce of its buckets,", runs[4][0]["ddp"]["bucket_bytes"], "bytes")
+for name, run in runs[4][0]["runs"].items():
+    called = ", ".join(f"{count} x {kind} of {size:,} bytes" for kind, (count, size) in run["calls"].items())
+    print(f"{name:<24} {called}")
+print("the two ZeRO-1 versions of this lesson keep the same Adam state on every rank, on 2, 3 and 4 ranks:",
+      all(result["runs"]["ZeRO-1, all-reduce"]["state_bytes"] == result["runs"]["ZeRO-1, reduce-scatter"][
+          "state_bytes"] for results in runs.values() for result in results))
 
 # %% [markdown]
-# ZeRO-1 all-reduces the same gradient as DDP, then all-gathers the whole parameter vector (padded). How many
-# bytes does each rank send for them? That depends on the backend's algorithm, which runs inside gloo or NCCL,
-# where `dpcourse.ranks.traffic` cannot count it. **A prediction**, if both ran as rings (lesson 13, where the
-# ring all-reduce's bytes were counted): an all-reduce of S bytes sends 2(n − 1)/n · S per rank, an all-gather
-# of an output of S bytes (n − 1)/n · S, the all-reduce's second half.
+# How many bytes does each rank send for them? That depends on the backend's algorithm, which runs inside gloo or
+# NCCL, where `dpcourse.ranks.traffic` cannot count it. **A prediction**, if every collective ran as a ring
+# (lesson 13, where the ring all-reduce's bytes were counted): an all-reduce of S bytes sends 2(n − 1)/n · S per
+# rank; a reduce-scatter or an all-gather of S bytes (n − 1)/n · S, one half of the all-reduce; a broadcast of S
+# bytes (n − 1)/n · S per rank on average, whatever its algorithm, since each of the n − 1 other ranks must receive
+# the S bytes once (`zero1_wire.ring_bytes`):
 
 # %%
 for n, results in runs.items():
-    step = dict(results[0]["collectives"][:2])
-    ddp_bytes = 2 * (n - 1) / n * results[0]["ddp"]["bucket_bytes"]
-    zero1_bytes = 2 * (n - 1) / n * step["all_reduce"] + (n - 1) / n * step["all_gather"]
-    print(f"{n} ranks, predicted per rank and step: DDP {ddp_bytes:,.0f} bytes, ZeRO-1 {zero1_bytes:,.0f} bytes "
-          f"= {zero1_bytes / ddp_bytes:.2f} x DDP")
+    calls = {name: run["calls"] for name, run in results[0]["runs"].items()}
+    ddp_bytes = zero1_wire.ring_bytes(calls["DDP"], n)
+    print(f"{n} ranks, predicted bytes per rank and step:")
+    for name, called in calls.items():
+        sent = zero1_wire.ring_bytes(called, n)
+        print(f"  {name:<24} {sent:>6,.0f} = {sent / ddp_bytes:.3f} x DDP")
 
 # %% [markdown]
-# About one and a half times DDP's traffic, to keep 1/n of the optimizer state: the trade ZeRO-1 makes. Lesson
-# 19 gets the half back: it replaces the all-reduce by a reduce-scatter, the half of it whose result ZeRO-1
-# actually uses.
+# Why each costs what it costs:
+#
+# - **ZeRO-1, all-reduce**, this lesson's first: the whole all-reduce, as DDP, and then an all-gather of the
+#   parameters, half an all-reduce more: 1.5 times DDP's bytes. The all-reduce's second half hands every rank the
+#   finished sums of the other ranks' slices, which its Adam never reads.
+# - **ZeRO-1, reduce-scatter**: a ring all-reduce *is* a reduce-scatter followed by an all-gather (lesson 13). This
+#   ZeRO-1 runs the same two halves with Adam's step between them: the all-gather passes round updated
+#   parameters instead of summed gradients. DDP's bytes, plus the few bytes of padding that make the vector a
+#   multiple of n: the ZeRO paper's stage 1 costs no more traffic than DDP.
+# - **`ZeroRedundancyOptimizer`**: DDP's whole all-reduce, then one broadcast per parameter, every parameter once:
+#   1.5 times DDP's bytes, as the course's first ZeRO-1. It leaves DDP's all-reduce as it is and adds the
+#   broadcasts after the optimizer step.
+#
+# The two ZeRO-1 versions of this lesson keep the same Adam state (printed above), and both run step 1 as DDP does, so
+# after backward every rank holds the whole gradient in its `.grad`s. The course's cost model
+# (`costmodel.formula("ZeRO-1")`, `dpcourse/costmodel/model.py`) uses the paper's ZeRO-1: DDP's bytes. Lesson 19
+# keeps the reduce-scatter and frees the full gradients as well, bucket by bucket during backward: ZeRO-2.
 #
 # ## A mistake Adam forgives
 # Step 2 divides the all-reduced gradient by n. What if a program forgets?
@@ -234,11 +265,6 @@ with quiz.reveal("18-sum-not-mean"):
     print("by less than a hundredth of one step (lr = 0.01):", gap < 1e-2 / 100)
 
 # %% [markdown]
-# Adam divides its running average of the gradients by the square root of the running average of their squares
-# (`torch/optim/adam.py: _single_tensor_adam`): a gradient n times too large gives the same step, but for
-# Adam's `eps`. So the weights differ by far less than one step. With SGD, `p -= lr * g`
-# (`torch/optim/sgd.py: _single_tensor_sgd`), the same mistake makes every step n times too long.
-#
 # ## Exercise: ZeRO-1, written by you
 # Write `zero1_training(model, batches, lr, optimizer_class)`. It runs on every rank, with the rank's model (the
 # same seeded weights everywhere) and its `batches`, a list of `(x, y)`, one per step. Build this rank's optimizer
@@ -290,14 +316,15 @@ exercises.check("zero1_training", zero1_training)
 #   of Adam's state, each as large as one device's (measured).
 # - ZeRO-1 sees the parameters as one flat vector and gives each rank a contiguous shard, `ceil(numel / n)`
 #   numbers, the last ones shorter. Each rank's Adam steps its shard only: its state is about 1/n of DDP's.
-# - A step: backward, all-reduce and average the gradients, Adam on the shard, all-gather the updated shards.
-#   gloo's all-gather refuses pieces of different sizes, so short shards are padded and the padding dropped.
+# - A step, in the course's first version: backward, all-reduce and average the gradients, Adam on the shard,
+#   all-gather the updated shards. gloo's all-gather refuses pieces of different sizes, so short shards are padded and the padding dropped.
 # - The result is one-device Adam's, within float tolerance, on 2, 3 and 4 ranks with uneven shards. Adam forgives
 #   a gradient summed instead of averaged; SGD, whose step follows the gradient's size, shows it.
-# - The cost: an all-gather on top of the all-reduce. If both run as rings, the all-gather sends half of what
-#   the all-reduce sends: 1.5 times DDP's bytes per rank (a prediction, from the sizes measured here).
-# - torch has ZeRO-1 built in, `torch.distributed.optim.ZeroRedundancyOptimizer` (lesson 21); lesson 19 shards
-#   the gradients too, lesson 20 the parameters.
+# - The cost on the wire depends on how the gradients are averaged (predicted for rings, from the collectives
+#   counted): the first version's all-gather on top of DDP's all-reduce, 1.5 times DDP's bytes; the ZeRO paper's
+#   reduce-scatter then all-gather, the two halves of DDP's ring all-reduce, DDP's bytes plus a little padding;
+#   torch's `ZeroRedundancyOptimizer` (lesson 21), DDP's all-reduce then a broadcast of every parameter, 1.5 times.
+# - Lesson 19 shards the gradients too, lesson 20 the parameters.
 #
 # ## Exercises
 # The three checked exercises are above: `shard_range`, `adam_state_bytes` and `zero1_training`. The capstone

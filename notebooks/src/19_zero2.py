@@ -5,16 +5,19 @@
 # - what [ZeRO](00_start_here.ipynb#Glossary)'s second [stage](00_start_here.ipynb#Glossary) shards that the
 #   first does not: the gradients, so that each [rank](00_start_here.ipynb#Glossary) receives only the
 #   [shard](00_start_here.ipynb#Glossary) of the averaged gradient that its optimizer updates;
-# - how it gets there during backward: a hook on every parameter, DDP's buckets, and a reduce-scatter of each
-#   bucket as soon as its last gradient exists, after which the full gradients are freed;
+# - how it gets there during backward: a hook on every parameter, buckets, and a reduce-scatter of each bucket as
+#   soon as its last gradient exists, after which the full gradients are freed;
+# - how torch's DDP cuts its buckets, read from a comm hook on real ranks: with its defaults, one bucket for the
+#   first step, then rebuilt in the order the gradients arrived; the course's ZeRO-2 cuts them its own way;
 # - how many gradient bytes a rank then holds, measured, and what the bucket in flight costs;
-# - why its bytes on the wire are DDP's, counted: a ring [all-reduce](00_start_here.ipynb#Glossary) *is* a
-#   reduce-scatter followed by an all-gather, and ZeRO-2 runs the two halves with the optimizer step between;
+# - what it sends on the wire next to DDP's [all-reduce](00_start_here.ipynb#Glossary), counted with every
+#   collective written as a ring, and why;
 # - how to check a ZeRO-2 you wrote: the same weights as Adam on one device, on 2, 3 and 4 ranks.
 #
-# Lesson 18's ZeRO-1 all-reduces the whole gradient, so every rank receives all of it, then steps only its
-# shard and throws the rest away. Lesson 13 cut the all-reduce in two: after the reduce-scatter half, each rank
-# already holds the finished sum of one piece. ZeRO-2 stops there for the gradients. As in lesson 18, every
+# Lesson 18's first ZeRO-1 all-reduces the whole gradient, so every rank receives all of it, then steps only its
+# shard and throws the rest away; its reduce-scatter version receives only the shard, but every rank still holds
+# the whole gradient from backward until the step. ZeRO-2 frees it during backward: as soon as a group of
+# gradients exists, it is reduce-scattered and dropped. As in lesson 18, every
 # run starts real ranks from this notebook (`dpcourse/ranks/training.py`), gloo with CPU tensors unless every
 # rank has a GPU of its own ([NCCL](00_start_here.ipynb#Glossary)). The backend here, by the number of ranks:
 
@@ -28,7 +31,7 @@ from IPython.display import display
 
 from dpcourse import examples, exercises, quiz, ranks
 from dpcourse.ranks import backend_for
-from dpcourse.sharded import zero2, zero2_measure
+from dpcourse.sharded import ddp_buckets, zero2, zero2_measure
 from dpcourse.viz.zero2 import gradient_bytes
 
 print({f"{n} ranks": backend_for(n) for n in (2, 3, 4)})
@@ -54,10 +57,10 @@ print(f"{sum(numels)} values in all")
 # `dpcourse/ddp/implementations/reducer.py`). ZeRO-2 uses the same machinery with a reduce-scatter in the all-reduce's place
 # (`dpcourse/sharded/zero2.py`, `Zero2`):
 #
-# 1. **Buckets, DDP's rule.** In `parameters()` order, a bucket closes once it holds at least the bucket size;
-#    then the list of buckets is reversed, because backward produces the last layers' gradients first
-#    (`torch/nn/parallel/distributed.py: DistributedDataParallel._ddp_init_helper` reverses what
-#    `dist._compute_bucket_assignment_by_size` returns). `zero2.bucket_indices` is that rule.
+# 1. **Buckets, the course's rule.** In `parameters()` order, a bucket closes once it holds at least the bucket
+#    size; then the list of buckets is reversed, because backward produces the last layers' gradients first.
+#    `zero2.bucket_indices` is that rule. It is DDP's with `find_unused_parameters=True` only; what DDP does by
+#    default follows below.
 # 2. **A hook on every parameter.** `param.register_post_accumulate_grad_hook(hook)` calls `hook(param)` "after
 #    all gradients for a tensor have been accumulated, meaning that the .grad field has been updated"
 #    (`torch/_tensor.py: Tensor.register_post_accumulate_grad_hook`): in the middle of backward. The hook copies
@@ -82,11 +85,47 @@ for number, (bucket, size) in enumerate(zip(buckets, bucket_numels, strict=True)
           f"{math.ceil(size / 4)}")
 
 # %% [markdown]
+# ### What torch's DDP does with its buckets
+# With `find_unused_parameters=True`, DDP cuts its buckets once, by the rule above:
+# `dist._compute_bucket_assignment_by_size` in `parameters()` order, then `list(reversed(bucket_indices))`
+# (`torch/nn/parallel/distributed.py:1433-1439`). With its defaults it does something else: the first step puts
+# every parameter in one bucket (`if static_graph or not find_unused_parameters: bucket_size_limits =
+# [sys.maxsize]`, :153-154), and after that step the reducer rebuilds the buckets from the order in which the
+# gradients became ready ("bucket rebuild" bucketizes parameters based on its real execution order in backward
+# graph", :1406-1407).
+#
+# `ddp_buckets.recorded` reads both on 2 real ranks. Its model is six `nn.Linear(100, 100)` under DDP with
+# `bucket_cap_mb=0.1` (104,857 bytes per bucket), and a comm hook (`register_comm_hook`) that DDP hands every bucket
+# it all-reduces: the hook notes the bucket's bytes and parameters (`bucket.buffer()`, `bucket.parameters()`), then
+# all-reduces it as torch's own `allreduce_hook` does
+# (`torch/distributed/algorithms/ddp_comm_hooks/default_hooks.py:35-54`).
+# Per step, each bucket's bytes in the order DDP all-reduced them, and the parameters of the first:
+
+# %%
+seen = ddp_buckets.recorded(world_size=2, steps=3)
+for unused, steps in seen.items():
+    print(f"find_unused_parameters={unused}:")
+    for step, buckets_of_step in enumerate(steps):
+        print(f"  step {step}: {[bucket['bytes'] for bucket in buckets_of_step]} bytes; the first holds "
+              f"{', '.join(buckets_of_step[0]['parameters'])}")
+six_numels = [p.numel() for p in ddp_buckets.model().parameters()]
+cap = int(ddp_buckets.BUCKET_CAP_MB * 2**20) // 4  # values of float32
+print("the course's rule on this model:",
+      [4 * sum(six_numels[i] for i in bucket) for bucket in zero2.bucket_indices(six_numels, cap)], "bytes")
+
+# %% [markdown]
+# With the defaults, step 0 all-reduces one bucket of every gradient; from step 1 on, two buckets, the first
+# holding the last three layers' parameters in the order their gradients arrived, `5.bias` first. With
+# `find_unused_parameters=True`, the same three buckets every step, the course's rule's. The course's ZeRO-2 keeps
+# that rule as its own choice: the buckets are known before the first backward, so each rank can cut its shards of
+# them, and build Adam over those shards, once, in `Zero2.__init__`. Every step above all-reduces the same bytes
+# in all: the rebuild regroups the gradients, it does not add any.
+#
 # ### Exercise: the order of the reduce-scatters
 # Write `reduce_scatter_schedule(numels, bucket_numel)`: the buckets of parameter indices, in the order ZeRO-2
 # reduce-scatters them, each with the number of gradients backward has still to produce when that bucket's
 # reduce-scatter starts, as a list of `(indices, still_to_come)`. Backward produces the gradients from the last
-# parameter to the first. You may call `zero2.bucket_indices`, or write DDP's rule yourself. The check tries the
+# parameter to the first. You may call `zero2.bucket_indices`, or write the rule yourself. The check tries the
 # course model with five bucket sizes, two small models, then 140 generated models and bucket sizes. Some
 # buckets fill exactly, where "at least" and "more than" part.
 
@@ -119,7 +158,7 @@ quiz.ask("19-reduce-scatter-when")
 # compared with the one-device oracle's:
 
 # %% tags=["reveals-answer"]
-with quiz.reveal("19-reduce-scatter-when"):
+with quiz.reveal("19-reduce-scatter-when", part=1):
     compared = zero2_measure.compare(4)
     print("backend:", compared.backend)
     for program, difference in compared.differences.items():
@@ -127,14 +166,8 @@ with quiz.reveal("19-reduce-scatter-when"):
     for rank, still in enumerate(compared.ranks_of("ZeRO-2", "still_to_come")):
         print(f"rank {rank}: gradients still to come when each bucket was reduce-scattered, in order: {still}")
 
-# %% [markdown]
-# The hooks run inside backward, one parameter at a time, as soon as its `.grad` is written; the bucket of the
-# last layers is full while backward has the earlier layers still to do, and its reduce-scatter runs right
-# there. Your `reduce_scatter_schedule` predicts the counts from one assumption, that backward produces the
-# gradients in reverse parameter order; next to what was measured (once you have written it):
-
 # %% tags=["reveals-answer"]
-with quiz.reveal("19-reduce-scatter-when"):
+with quiz.reveal("19-reduce-scatter-when", part=2):
     try:
         predicted = [still for _, still in reduce_scatter_schedule(numels, zero2.LESSON_BUCKET_BYTES // 4)]
         print("predicted:", predicted, "| measured the same on every rank:",
@@ -143,10 +176,6 @@ with quiz.reveal("19-reduce-scatter-when"):
         print("write reduce_scatter_schedule above, then run this cell again")
 
 # %% [markdown]
-# (`compared.differences` also lists a deeper model, `zero2_measure.DEEP`, used below.) DDP's all-reduce hook
-# starts its all-reduce with `async_op=True` and lets backward go on (lesson 10); `Zero2` waits for each
-# reduce-scatter, which keeps the code short and frees the bucket at once.
-#
 # ## Gradient memory per rank
 # Under DDP every rank ends backward holding the whole gradient, `.grad` for every parameter: it is what
 # the all-reduce averages. What does a ZeRO-2 rank hold when backward has ended?
@@ -180,17 +209,6 @@ with quiz.reveal("19-gradient-bytes"):
                                              f"{compared.world_size} ranks"))
 
 # %% [markdown]
-# When backward ends, a ZeRO-2 rank holds its shard of each bucket, 1/n of the gradient and a few bytes of
-# padding where a bucket does not divide by n. During backward it holds more: the bucket being filled (its
-# flat buffer and the `.grad` just accumulated), the piece being received, and the shards done so far. That
-# surplus depends on the largest bucket, not on the size of the model, while DDP's gradients and buckets grow
-# with the model: the larger the model, the smaller ZeRO-2's "most at once" is next to DDP's. In the figure,
-# ZeRO-2's line rises while a bucket fills and drops when it is reduce-scattered; DDP's climbs to the whole
-# gradient. With DDP's default buckets of 25 MiB and a model of billions of parameters, the bucket would be a
-# small fraction of the rest (a prediction, from the accounting above, not measured here).
-#
-# Adam's state is sharded as in lesson 18: each rank's Adam steps its slices of the buckets only.
-#
 # ## Bytes on the wire
 # ZeRO-2 calls two collectives per bucket and step: the reduce-scatter of the gradients and the all-gather of
 # the parameters. DDP calls one, the all-reduce.
@@ -206,18 +224,10 @@ quiz.ask("19-wire-bytes")
 # a rank sends is counted. Every step sends the same. Per step, rank by rank:
 
 # %% tags=["reveals-answer"]
-with quiz.reveal("19-wire-bytes"):
+with quiz.reveal("19-wire-bytes", part=1):
     print(compared.bytes_table())
 
 # %% [markdown]
-# Why the same as DDP: lesson 13's ring all-reduce is n − 1 steps of reduce-scatter, after which every rank
-# holds one finished piece of the sum, then n − 1 steps of all-gather that pass the finished pieces round.
-# ZeRO-2 runs those two halves too, and moves the optimizer step in between: the finished piece is the rank's
-# gradient shard, its Adam updates it, and the all-gather passes round *updated parameters* instead of summed
-# gradients. Each half sends (n − 1) pieces of S / n bytes per rank, together 2(n − 1)/n · S: DDP's bytes,
-# plus the padding of each bucket to a multiple of n. Lesson 18's ZeRO-1 sends the whole all-reduce *and* the
-# all-gather: 3(n − 1)/n · S, 1.5 times as many, in the table above.
-#
 # ### Exercise: bytes per step
 # Write `zero2_bytes_per_step(bucket_numels, world_size)`: the bytes one rank sends in one ZeRO-2 step when both
 # collectives are rings, for buckets of `bucket_numels` float32 values, each padded to `world_size` pieces of
@@ -237,7 +247,7 @@ def zero2_bytes_per_step(bucket_numels, world_size):
 exercises.check("zero2_bytes_per_step", zero2_bytes_per_step)
 
 # %% tags=["reveals-answer"]
-with quiz.reveal("19-wire-bytes"):
+with quiz.reveal("19-wire-bytes", part=2):
     counted = [int(b) for b in compared.ranks_of("ZeRO-2", "wire")]
     try:
         print(f"your formula for the course model's buckets {bucket_numels} on 4 ranks: "
@@ -251,7 +261,7 @@ with quiz.reveal("19-wire-bytes"):
 # everywhere) and its `batches`, a list of `(x, y)`, one per step. Train with `torch.optim.Adam(..., lr=lr)` and
 # the loss `F.mse_loss(model(x), y)`:
 #
-# - buckets of parameters, DDP's rule (`zero2.bucket_indices` with 100 values per bucket is fine);
+# - buckets of parameters, the course's rule (`zero2.bucket_indices` with 100 values per bucket is fine);
 # - a `register_post_accumulate_grad_hook` on every parameter: once a bucket's last gradient is in, reduce-scatter
 #   the bucket's gradients, padded and divided by n, into this rank's shard, and set the bucket's `.grad` to
 #   `None`;
@@ -324,16 +334,19 @@ exercises.check("train_zero2", train_zero2)
 # same weights.
 #
 # ## Summary
-# - ZeRO-1 all-reduces the whole gradient and uses 1/n of it. ZeRO-2 reduce-scatters it instead: each rank
-#   receives the average of its own shard only.
-# - It happens during backward: a `register_post_accumulate_grad_hook` on every parameter, DDP's buckets (last
-#   layers first), and a bucket's reduce-scatter as soon as its last gradient is in (measured: the first bucket
+# - Lesson 18's first ZeRO-1 all-reduces the whole gradient and uses 1/n of it; its reduce-scatter version
+#   receives only its shard but holds the whole gradient until the step. ZeRO-2 reduce-scatters bucket by bucket
+#   during backward: each rank receives the average of its own shard only, and the full gradients are freed.
+# - It happens during backward: a `register_post_accumulate_grad_hook` on every parameter, the course's buckets
+#   (in `parameters()` order, reversed: last layers first; DDP's layout under `find_unused_parameters=True`, where
+#   DDP by default starts with one bucket and rebuilds them in the order the gradients arrived), and a bucket's reduce-scatter as soon as its last gradient is in (measured: the first bucket
 #   went while gradients were still to come). Each gradient is copied into its bucket and its `.grad`
 #   set to `None`; the bucket is dropped after its reduce-scatter.
 # - When backward ends, a rank holds 1/n of the gradient, plus padding; during backward, one bucket more. That
 #   surplus does not grow with the model (measured on two models).
 # - Bytes on the wire: a reduce-scatter plus an all-gather is a ring all-reduce cut in two, so ZeRO-2 sends
-#   DDP's bytes, up to the padding (counted with both written as rings); ZeRO-1 sends 1.5 times as many.
+#   DDP's bytes, up to the padding (counted with both written as rings); lesson 18's first ZeRO-1 sends 1.5 times
+#   as many.
 # - Checked: the same weights as one-device Adam after 3 steps, on 4 ranks here and 2, 3 and 4 in your
 #   exercise; each rank's Adam state is its shard's, as in ZeRO-1.
 # - Lesson 20 shards the parameters as well, and all-gathers each layer's just before it runs.

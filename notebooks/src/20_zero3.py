@@ -71,27 +71,6 @@ with quiz.reveal("20-after-forward"):
     print("bytes of each layer's parameters:                          ", [4 * n for n in zero3["numels"]])
     print("bytes of rank 0's shard of each layer:                     ", zero3["shard_bytes"])
 
-# %% [markdown]
-# The gathered vectors hold nothing after the forward: only the shards stay. For each layer, in order:
-#
-# 1. **before its forward**: the all-gather above;
-# 2. **after its forward**: the vector's memory is given back, `untyped_storage().resize_(0)`, as FSDP2's
-#    `free_storage` does (`torch/distributed/fsdp/_fully_shard/_fsdp_param.py: free_storage`). The tensors
-#    autograd saved are still there, but hold no memory;
-# 3. **before its backward**: a hook on the layer's output runs when the gradient reaching the layer is ready,
-#    gives the storage its size back and all-gathers into it again. FSDP registers the same kind of hook
-#    (`torch/distributed/fsdp/_runtime_utils.py: _register_pre_backward_hooks`);
-# 4. **its backward** ends in the backward of the all-gather, a **reduce-scatter**: each rank receives the sum
-#    of every rank's gradient for its own slice, divides by n (DDP's average), and frees the vector again.
-#    torch's own differentiable all-gather has a reduce-scatter for its backward too, on [NCCL](00_start_here.ipynb#Glossary)
-#    (`torch/distributed/nn/functional.py: _AllGather.backward`).
-#
-# Adam then updates each rank's slices (`dpcourse/sharded/zero3.py`: `Layer`, `Zero3`, `program`). Is the
-# result still right? Every way's weights after 3 steps, on every rank, against one device training on the
-# whole batch with Adam (`ranks.one_device`, lesson 18's oracle), within 1e-5 (the weights are about 0.1). Adam
-# divides each gradient by its own running size, so float rounding in a gradient near zero grows to a few 1e-6 in
-# the weights: measured, 2.4e-6 with AVX2 instructions, 2.7e-7 with AVX-512, on the same machine.
-
 # %%
 oracle = ranks.one_device(widths=zero3_measure.WIDE)
 for way in zero3_measure.WAYS:
@@ -114,14 +93,6 @@ with quiz.reveal("20-bytes-vs-ddp"):
               f"{sent[0] / measured[0]['ways']['DDP']['step_sent']:.3f} x DDP's")
 
 # %% [markdown]
-# In a ring every collective sends n − 1 pieces of S / n bytes per rank (lesson 13). DDP's all-reduce is a
-# reduce-scatter and an all-gather: 2 (n − 1) pieces. ZeRO-3 sends the same two and one more all-gather, before
-# backward: 3 (n − 1), 1.5 times DDP's, plus the padding of uneven slices. Without resharding a layer stays
-# whole from its forward to its backward and the second all-gather goes: DDP's bytes again, for more memory.
-# FSDP2 offers both, `reshard_after_forward=True` or `False`
-# (`torch/distributed/fsdp/_fully_shard/_fully_shard.py: fully_shard`). These are bytes, the same on any
-# machine; how long they take depends on the links, and nothing here is timed.
-#
 # ## Memory per rank over a step
 # The profiler recorded every allocation and free of the last step on every rank, on top of what the rank held
 # when the step began: its parameters (DDP) or shards (ZeRO-3), Adam's state and its batch.
@@ -139,7 +110,8 @@ display(zero3_memory({way: measured[0]["ways"][way] for way in ("DDP", "ZeRO-3",
 # The shading marks the phases of ZeRO-3's step (the other lines have their own, at other events). Between
 # steps a ZeRO-3 rank holds its shards and its slices of Adam's state, where a DDP rank holds the whole model
 # and the whole state; the batch is the same for both. During the step ZeRO-3's memory rises and falls layer by
-# layer as each is gathered and given back, and its peak, in backward, stays far below DDP's. Without
+# layer as each is gathered and given back, and its peak, in backward, is the fraction of DDP's that the cell
+# prints (about half, on these 2 ranks). Without
 # resharding, the layers gathered during the forward stay until their backward: a higher peak, for the
 # all-gathers it saves. How high ZeRO-3 goes depends on the largest layer, gathered whole with its gradient:
 # FSDP is applied layer by layer for that reason (lesson 21).
@@ -156,18 +128,13 @@ quiz.ask("20-prefetch-peak")
 # %% tags=["reveals-answer"]
 with quiz.reveal("20-prefetch-peak"):
     peaks = {way: max(measured[0]["ways"][way]["allocated"]) for way in ("ZeRO-3", "ZeRO-3, prefetch")}
+    layer = max(4 * 2 * -(-numel // 2) for numel in measured[0]["ways"]["ZeRO-3"]["numels"])  # padded, 2 ranks
     print(", ".join(f"{way}: rank 0's peak {peak:,} bytes" for way, peak in peaks.items()),
-          f"({peaks['ZeRO-3, prefetch'] - peaks['ZeRO-3']:+,} with prefetch)")
+          f"({peaks['ZeRO-3, prefetch'] - peaks['ZeRO-3']:+,} with prefetch; the largest layer's gathered copy is "
+          f"{layer:,} bytes)")
     display(zero3_memory({way: measured[0]["ways"][way] for way in ("DDP", "ZeRO-3", "ZeRO-3, prefetch")}))
 
 # %% [markdown]
-# With prefetch, a layer's vector is allocated while the layer before it is still whole, so the peak can only
-# rise; by how much depends on what else is alive at that moment. FSDP's `BackwardPrefetch` documents the same
-# trade (`torch/distributed/fsdp/api.py: BackwardPrefetch`): more overlap, for more memory. Whether the overlap
-# pays for it depends on how long a layer computes against how long its all-gather takes; on this machine the
-# ranks share two cores and talk over the loopback interface, so no time measured here would say much about
-# GPUs, and none is shown.
-#
 # ## Write it yourself
 # ### Exercise: the bytes of one step
 # Write `zero3_bytes_per_step(numels, world_size, reshard)`: the bytes one rank sends in one ZeRO-3 step with ring
@@ -244,18 +211,24 @@ exercises.check("shard_of_gradient", shard_of_gradient)
 # - With ring collectives a ZeRO-3 step sends 1.5 times DDP's bytes (3 (n − 1) pieces per layer against
 #   2 (n − 1)); keeping layers whole after forward (`reshard_after_forward=False`) sends DDP's bytes, for memory.
 # - Memory per rank: the shards and a 1/n of Adam's state between steps, plus about one gathered layer at a time
-#   during the step; prefetching the next layer holds two.
+#   during the step; prefetching the next layer gathers it while the current one is still whole, which raised
+#   the peak by less than one layer here.
 #
 # ## Exercises
 # 1. With `zero3_measure.bytes_per_step`, how many bytes does one ZeRO-3 step send per rank on 8 ranks for this
-#    lesson's layers, with and without resharding, against a ring all-reduce of all their gradients?
+#    lesson's layers, with and without resharding, against a ring all-reduce of all their gradients? Write
+#    `zero3_against_all_reduce(numels, world_size)`, then call it on `layer_sizes` and 8 ranks.
 # 2. Train with `zero3_measure.measure(2)`: how does rank 0's peak on 2 ranks compare with its peak on 4, and
 #    why is it not twice as high?
 
 # %% tags=["solution"]
-on_8 = {reshard: zero3_measure.bytes_per_step(layer_sizes, 8, reshard) for reshard in (True, False)}
-all_reduce_8 = 2 * 7 * -(-sum(layer_sizes) // 8) * 4
+def zero3_against_all_reduce(numels, world_size):
+    ### BEGIN SOLUTION
+    return {"reshard": zero3_measure.bytes_per_step(numels, world_size, True),
+            "no reshard": zero3_measure.bytes_per_step(numels, world_size, False),
+            "all-reduce": 2 * (world_size - 1) * -(-sum(numels) // world_size) * 4}
+    ### END SOLUTION
+
 
 # %%
-print(f"exercise 1: ZeRO-3 sends {on_8[True]:,} bytes per rank per step, {on_8[False]:,} without resharding; "
-      f"a ring all-reduce {all_reduce_8:,}")
+exercises.check("zero3_against_all_reduce", zero3_against_all_reduce)

@@ -72,13 +72,6 @@ with quiz.reveal("21-empty-shard"):
     print(practice.layout_table(results))
 
 # %% [markdown]
-# Every parameter is now a `DTensor` with placements `(Shard(dim=0),)`: cut along its rows. `.shape` is still
-# the full shape; `.to_local()` is what this rank stores. The rows go out as `torch.chunk` gives them,
-# `ceil(rows / 3)` per rank, so rank 2 gets an empty piece of the last weight, and all the ranks still take part
-# in that layer's collectives (padded, `torch/distributed/fsdp/_fully_shard/_fsdp_param.py:
-# FSDPParam._init_sharded_param`). Lesson 18 cut one flat vector by the same rule; FSDP2 cuts each parameter,
-# so a rank's shard is a real piece of each tensor, with its shape, and `.full_tensor()` all-gathers the whole.
-#
 # Why one `fully_shard` per layer? Each call makes one unit, all-gathered in one piece just before it runs. With
 # the root as the only unit, the whole model is gathered at once, and a rank holds all of it while any layer
 # runs. The tour watched the first step of both (`fsdp2.watched_step`): here the collectives of its forward, and
@@ -110,13 +103,6 @@ with quiz.reveal("21-reshard-gathers"):
         print(f"{'':<26} full parameter bytes still held when the backward starts: {step['held_after_forward']:,}")
 
 # %% [markdown]
-# With `True` each layer is gathered in the forward and again in the backward, ZeRO stage 3 as lesson 20 wrote
-# it; the backward gathers the next layer before reduce-scattering the current one's gradients (the order of the
-# calls above). With `False` the backward needs no all-gather, but every layer stays whole from its forward to
-# its backward: the full model at the turn, as in stage 2 (torch's docstring says the same, and suggests `False`
-# for the root, whose parameters the backward needs at once: `torch/distributed/fsdp/_fully_shard/_fully_shard.py:
-# fully_shard`). Each reduce-scatter leaves each rank the mean of its gradient rows: 3 per step either way.
-#
 # ## The same weights as DDP and as one device
 # FSDP2 reduce-scatters the gradients and divides them by the number of ranks, so that each rank gets the mean
 # for its rows (`torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py: foreach_reduce`), as DDP's
@@ -183,13 +169,6 @@ with quiz.reveal("21-mixed-precision"):
         print(f"{name:<26} {dtype}")
 
 # %% [markdown]
-# The all-gathered copy the layer computes with is bfloat16, and FSDP2 cast the layer's input too (the
-# policy's `cast_forward_inputs=True`, its default); the stored shards that Adam updates, and their gradients,
-# stay float32: no extra full-precision copy is needed, since the shards are the full-precision copy. All of it
-# runs here on the CPU: gloo moves bfloat16 and the CPU multiplies it. What the policy is for is not measured on this machine, and is
-# a **prediction** for a GPU: the all-gathers carry 2 bytes per parameter instead of 4, and the matrix products
-# run on the GPU's bfloat16 units.
-#
 # ## Sharded checkpoints
 # Every rank holds a different piece of the model, so no single rank can `torch.save` it. The tour saved FSDP2's
 # model and Adam with `torch.distributed.checkpoint` (DCP) after step 3, every rank writing its own shards
@@ -199,7 +178,8 @@ with quiz.reveal("21-mixed-precision"):
 # model_state, optimizer_state = get_state_dict(model, optimizer)     # DTensors: this rank's shards
 # dcp.save({"model": model_state, "optimizer": optimizer_state}, checkpoint_id=directory)
 # ```
-#
+
+# %% [markdown]
 # The directory holds one file per rank and a `.metadata` file that records which rows of which tensor each file
 # holds:
 
@@ -234,11 +214,6 @@ with quiz.reveal("21-load-elsewhere"):
           or "every parameter equals the 3-rank run's after its step 4")
 
 # %% [markdown]
-# `dcp.load` fills the state dict it is given: each rank asks for the rows of its own shards and the load
-# planner finds them in whichever files hold them (`torch/distributed/checkpoint/default_planner.py`). Adam's
-# averages are sharded like the parameters and come back the same way, so the resumed run goes on where the
-# other stopped.
-#
 # ### Exercise: which saved rows does a rank read?
 # Write `rows_to_read(rows, saved_ranks, rank, ranks)`. A tensor of `rows` rows was saved by `saved_ranks` ranks,
 # sharded on dim 0 by `torch.chunk`'s rule (`ceil(rows / n)` rows per rank, the last ones fewer or none). Rank
@@ -290,13 +265,6 @@ with quiz.reveal("21-zero-owners"):
         print(f"rank {rank}: Adam over {result['zero']['owned']}, {result['zero']['state_bytes']:,} bytes of state "
               f"(DDP's plain Adam: {result['ddp']['state_bytes']:,} bytes on every rank)")
 
-# %% [markdown]
-# Each parameter is owned whole, by one rank: 2.weight alone is about half of the model, so rank 0's share is
-# larger than the others'. Lesson 18's flat slices, and FSDP2's rows, split every tensor and give each rank about
-# a third. To save the optimizer, the shards first go to one rank: `optimizer.consolidate_state_dict(to=0)` on
-# every rank (a collective), then `optimizer.state_dict()` on rank 0 only; the tour did it, and rank 0's holds
-# state for this many parameters:
-
 # %%
 print(results[0]["zero"]["consolidated_entries"])
 
@@ -328,7 +296,8 @@ exercises.check("zero_owners", zero_owners)
 # How much does each rank hold? `side_by_side.measured` counts it with the course's two counters, on the
 # course's model and 3 ranks, batch 24, Adam: lesson 15's `memory.measure` for DataParallel (one process, 3 CPU
 # devices) and `sharded.memory.measure_sharded` for the rest, in one start of the ranks (ZeRO-1 is DDP with
-# `ZeroRedundancyOptimizer`; ZeRO-2 and ZeRO-3 are FSDP2 with `reshard_after_forward` False and True). Parameters
+# `ZeroRedundancyOptimizer`; "FSDP2, no reshard" and ZeRO-3 are FSDP2 with `reshard_after_forward` False and
+# True). Parameters
 # include the full layers gathered while a step runs; the total also counts activations, outputs and DDP's
 # buckets. Next to it, `memory.predict` from its formulas:
 
@@ -345,13 +314,14 @@ print("\npredicted\n" + side_by_side.table(side_by_side.predicted(side_by_side.c
 # |---|---|---|---|
 # | DDP | P | P | S |
 # | ZeRO-1 | P | P | S / n (flat slices) |
-# | ZeRO-2 (FSDP2, no reshard) | P / n + every layer gathered | P / n + one layer's full | S / n |
+# | ZeRO-2 (the paper's stage 2; not measured here) | P | P / n + one layer's full | S / n (flat slices) |
 # | ZeRO-3 (FSDP2) | P / n + one layer gathered | P / n + one layer's full | S / n |
+# | FSDP2, no reshard | P / n + every layer gathered | P / n + one layer's full | S / n |
 #
 # where P / n is FSDP2's padded rows. The measured ZeRO-1 row is torch's `ZeroRedundancyOptimizer`, whose
-# busiest rank owns 2.weight whole: more than S / n, as the exercise above showed. ZeRO-2 as FSDP2 runs it holds
+# busiest rank owns 2.weight whole: more than S / n, as the exercise above showed. FSDP2 without resharding holds
 # every layer gathered at the turn from forward to backward, beside its shards: more parameter bytes than DDP,
-# at any size; what it saves is gradients and optimizer state. At the size of a large model the formulas say
+# at any size; what it saves is gradients and optimizer state. The paper's ZeRO-2 keeps DDP's P of parameters. At the size of a large model the formulas say
 # where the bytes go: a **prediction**, not measured here, for the model below on 8 ranks (GiB per rank):
 
 # %%
@@ -367,7 +337,8 @@ scratch.cleanup()
 # - `fully_shard` makes each parameter a DTensor sharded on its rows by `torch.chunk`'s rule (a rank can hold
 #   none); one call per layer makes one unit, gathered just before it runs.
 # - `reshard_after_forward=True` gathers each layer twice per step and frees it in between (ZeRO-3);
-#   `False` gathers once and holds it to the backward (ZeRO-2). Both reduce-scatter the gradients.
+#   `False` gathers once and holds it to the backward (FSDP2's stand-in for ZeRO-2, holding P / n more parameter
+#   bytes than the paper's stage 2). Both reduce-scatter the gradients.
 # - FSDP2, DDP and DDP with `ZeroRedundancyOptimizer` end with one-device Adam's weights.
 # - `torch.distributed.checkpoint` writes a file per rank plus metadata, and any number of ranks reads it back;
 #   a full state dict gathers everything on rank 0.

@@ -99,8 +99,8 @@ def explain(states: dict[int, dict | None]) -> str:
     where = "; ".join(describe(rank, state) for rank, state in states.items())
     if any(state and state.get("inside") for state in states.values()):
         hint = ("A rank waits in a collective until every rank of the group calls it: every rank must call the same "
-                "collectives in the same order, with tensors of the same size (pad uneven shards before an "
-                "all_gather), and every send needs a matching recv.")
+                "collectives in the same order, with tensors of the same size (gloo's all_gather takes pieces of one "
+                "size: pad uneven shards), and every send needs a matching recv.")
     else:
         hint = ("No rank was inside a collective: each was still running its own code (a loop that never ends?). "
                 "Pass a larger timeout= if the work really takes that long.")

@@ -8,8 +8,8 @@
 #   parameters seen as one flat vector, cut into one [shard](00_start_here.ipynb#Glossary) per rank, and each
 #   rank's Adam updating only its shard;
 # - a ZeRO-1 training step, in the course's first and simplest version: [all-reduce](00_start_here.ipynb#Glossary)
-#   the gradients, update the shard, all-gather the updated shards, and why an uneven shard is padded for the
-#   all-gather;
+#   the gradients, update the shard, all-gather the updated shards, and why an uneven shard is padded for
+#   gloo's all-gather;
 # - what it saves (Adam's state per rank, about 1/n of DDP's, measured) and what it costs on the wire, counted for
 #   three versions of ZeRO-1: this first one, the ZeRO paper's (a reduce-scatter in the all-reduce's place) and
 #   torch's `ZeroRedundancyOptimizer`, and why each costs what it costs;

@@ -1,4 +1,4 @@
-"""nbval on both editions of every lesson whose outputs hold a float, with torch and MKL on their 'default' code
+"""nbval on the instructor edition of every lesson whose outputs hold a float, with torch and MKL on their 'default' code
 path (ATEN_CPU_CAPABILITY=default, MKL_ENABLE_INSTRUCTIONS=SSE4_2;
 tests/cpu_code_paths.py): the stored outputs must not be this CPU's alone."""
 

@@ -2,7 +2,8 @@
 
 Each lesson of the student edition, copied and trusted by ``python -m dpcourse.open`` as a learner's are, is
 opened fresh in Chromium and then run top to bottom (Run All), in a kernel as a learner's: without
-``$DPCOURSE_REVEAL``, so that ``quiz.reveal`` hides its results. Both times, the page shows no
+``$DPCOURSE_REVEAL``, so that ``quiz.reveal`` hides its results. Run All must end without an error cell, with every
+widget rendered (the views the saved notebook holds, and one per revealing cell). Both times, the page shows no
 clue of a quiz between it and the next quiz or heading: not the prose, not an output (``giveaways`` in
 tests/answer_clues.py: the keyed option, a number answer, the phrases its quiz file lists), and after Run All every
 ``reveals-answer`` cell shows its placeholder. Then one quiz is answered, and its result appears under its
@@ -26,6 +27,7 @@ from dpcourse import course
 from dpcourse.quiz import find_question
 from dpcourse.quiz.reveal import MODE_VARIABLE, PLACEHOLDER, SHOW
 from dpcourse.ui.controls import KERNEL_GONE
+from notebooks.build import READS_PROGRESS
 from tests.answer_clues import CELL_TEXTS, CLUES, cell_text, giveaways, questions_of, readable, revealed
 
 pytestmark = pytest.mark.browser
@@ -86,6 +88,17 @@ def shown_clues(lesson: LabNotebook, saved: Path) -> list[str]:
     return giveaways(notebook, lesson.evaluate(LESSON_CELL_TEXTS))
 
 
+def views_after_run_all(saved: Path, blocks: dict[int, tuple[str, ...]]) -> dict[int, int]:
+    """Cell index -> the widget views the learner's Run All must render: those the saved student edition holds;
+    in each revealing cell (saved empty) the one view that hides its result until answered; and in each cell that
+    reads the progress file (saved as a line asking to run it, notebooks/build.py) the views the instructor
+    edition saved."""
+    instructor = stored_widget_views(ROOT / "notebooks" / saved.name)
+    progress = {index: instructor[index] for index, cell in enumerate(nbformat.read(saved, as_version=4).cells)
+                if cell.cell_type == "code" and READS_PROGRESS.search(cell.source) and index in instructor}
+    return {**stored_widget_views(saved), **dict.fromkeys(blocks, 1), **progress}
+
+
 def quiz_of(page: Page, question: str) -> Locator:
     """The quiz widget of ``question`` on the page."""
     return page.locator(".jp-OutputArea .widget-vbox", has=page.get_by_text(f"Question {question}", exact=True)).last
@@ -136,6 +149,8 @@ def test_no_answer_is_visible_before_the_quiz_is_answered(name: str, learners_la
         problems = lesson.problems()
         assert not problems, f"{path} in JupyterLab:\n" + "\n\n".join(problems)
         blocks = reveals(name)
+        mismatches = lesson.wait_for_widget_views(views_after_run_all(learners_lab.root_dir / path, blocks))
+        assert not mismatches, f"{path}, after Run All: widgets did not render:\n" + "\n".join(mismatches)
         expect(page.locator(".jp-OutputArea").get_by_text(WAITING)).to_have_count(len(blocks))
         shown = shown_clues(lesson, learners_lab.root_dir / path)
         assert not shown, f"{path}, after Run All: answers visible: {shown}"

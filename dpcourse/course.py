@@ -80,6 +80,11 @@ LESSONS: tuple[Lesson, ...] = (
     Lesson("19_zero2", "ZeRO-2: gradients reduce-scattered, each rank keeps its shard"),
     Lesson("20_zero3", "ZeRO-3: parameters sharded too, FSDP written by hand"),
     Lesson("21_fsdp2", "FSDP2 and ZeroRedundancyOptimizer in practice"),
+    Lesson("22_hangs", "When a rank hangs: desyncs, timeouts and the tools that find them"),
+    Lesson("23_stragglers", "Stragglers: finding the slow rank"),
+    Lesson("24_resume", "A rank killed: restart, and resume exactly"),
+    Lesson("25_alpha_beta", "Overlap and the α-β model: when communication stops hiding"),
+    Lesson("26_hsdp", "HSDP: sharding on a 2-D mesh"),
 )
 
 

@@ -135,8 +135,17 @@ def test_no_module_of_the_package_reaches_a_private_name_through_torch():
     # checked: replicate.py uses them on purpose, as torch's own replicate does (_replicate_for_data_parallel(),
     # _parameters, _buffers, _modules).
     wrong = {str(path.relative_to(ROOT)): uses for path in sorted((ROOT / "dpcourse").rglob("*.py"))
-             if (uses := private_torch_uses(path.read_text()))}
+             if (uses := [use for use in private_torch_uses(path.read_text())
+                          if (str(path.relative_to(ROOT)), use.partition(": ")[2]) not in PRIVATE_TORCH_ON_PURPOSE])}
     assert not wrong, wrong
+
+
+# The private torch names the package reaches on purpose, each because torch offers no public way to what a lesson
+# shows: (file, use) -> why.
+PRIVATE_TORCH_ON_PURPOSE = {
+    ("dpcourse/faults/hang_tools.py", "from torch._C import ..."):
+        "the Flight Recorder's dump: torch binds it as torch._C._distributed_c10d._dump_fr_trace only (lesson 22)",
+}
 
 
 def private_name(name: str) -> bool:

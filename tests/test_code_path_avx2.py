@@ -1,6 +1,6 @@
 """nbval on the instructor edition of every lesson whose outputs hold a float, with torch and MKL on their 'avx2' code
-path (ATEN_CPU_CAPABILITY=avx2, MKL_ENABLE_INSTRUCTIONS=AVX2;
-tests/cpu_code_paths.py): the stored outputs must not be this CPU's alone."""
+path (ATEN_CPU_CAPABILITY=avx2, MKL_ENABLE_INSTRUCTIONS=AVX2; tests/cpu_code_paths.py): the stored outputs must not
+be this CPU's alone."""
 
 import pytest
 

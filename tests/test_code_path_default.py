@@ -1,6 +1,6 @@
-"""nbval on the instructor edition of every lesson whose outputs hold a float, with torch and MKL on their 'default' code
-path (ATEN_CPU_CAPABILITY=default, MKL_ENABLE_INSTRUCTIONS=SSE4_2;
-tests/cpu_code_paths.py): the stored outputs must not be this CPU's alone."""
+"""nbval on the instructor edition of every lesson whose outputs hold a float, with torch and MKL on their 'default'
+code path (ATEN_CPU_CAPABILITY=default, MKL_ENABLE_INSTRUCTIONS=SSE4_2; tests/cpu_code_paths.py): the stored outputs
+must not be this CPU's alone."""
 
 import pytest
 

@@ -25,6 +25,8 @@ from tests.helpers import one_thread_each
 from tests.lesson_solutions import SOURCES, lesson_solutions
 
 SOLUTIONS, LESSONS = lesson_solutions()
+# Exercises whose answer is a pair of functions: exercises.check("snapshot_and_resume", (snapshot, resume)).
+PAIRS = {"snapshot_and_resume": "(snapshot, resume)"}
 # The capstone's six pieces are tested in test_capstone.py, with its own planted mistakes.
 NAMES = sorted(name for name in registry.EXERCISES if not name.startswith("capstone_"))
 
@@ -37,7 +39,7 @@ def test_every_lesson_01_to_11_has_exercises_and_the_course_has_20_or_more() -> 
 @pytest.mark.parametrize("name", NAMES)
 def test_each_exercise_has_a_solution_and_a_check_cell_in_its_lesson(name: str) -> None:
     assert name in SOLUTIONS, f"no solution cell defines {name}"
-    assert f'exercises.check("{name}", {name})' in (SOURCES / LESSONS[name]).read_text()
+    assert f'exercises.check("{name}", {PAIRS.get(name, name)})' in (SOURCES / LESSONS[name]).read_text()
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -58,7 +60,7 @@ def test_an_untouched_stub_is_not_attempted_yet(name: str) -> None:
     def stub(*args):
         raise NotImplementedError(f"write {name}")
 
-    report = exercises.check(name, stub)
+    report = exercises.check(name, (stub, stub) if name in PAIRS else stub)
     assert report.status == NOT_ATTEMPTED and not report.outcomes
     assert repr(report).startswith(f"{name}: not attempted yet.")
     assert "not attempted yet" in report._repr_html_()
@@ -71,7 +73,7 @@ def test_a_raising_answer_shows_its_first_line_and_the_learners_line_and_no_trac
     def broken(*args):
         raise ValueError(message)
 
-    report = exercises.check(name, broken)
+    report = exercises.check(name, (broken, broken) if name in PAIRS else broken)
     assert report.status == FAILED
     line = broken.__code__.co_firstlineno + 1
     expected = f"raised ValueError: bad value (line {line} of broken: raise ValueError(message))"
@@ -529,13 +531,16 @@ def _bytes(parameters) -> int:
 # Part III's exercises run on ranks, so their planted mistakes live beside their lessons' other tests (where the
 # ranks can import them by name), each checked for the message it gets: tests/test_zero1.py and the others.
 PART_III_TESTS = ("tests.test_zero1", "tests.test_zero2", "tests.test_zero3", "tests.test_fsdp2")
+# Part IV's: in each lesson's mechanism tests.
+PART_IV_TESTS = tuple(f"tests.test_exercise_mechanisms_{number}" for number in range(22, 27))
 # The end-of-lesson exercises' planted mistakes come with the words their messages must hold.
 END_OF_LESSON_TESTS = ("tests.test_end_of_lesson_exercises",)
 
 
 def test_every_exercise_has_three_or_more_planted_wrong_answers() -> None:
     planted = {name: list(mistakes) for name, mistakes in WRONG.items()}
-    for module in PART_III_TESTS + END_OF_LESSON_TESTS:  # imported here: Part III's import this module when collected
+    # imported here: Part III's import this module when collected
+    for module in PART_III_TESTS + PART_IV_TESTS + END_OF_LESSON_TESTS:
         planted.update({name: list(mistakes) for name, mistakes in importlib.import_module(module).MISTAKES.items()})
     assert set(planted) == set(NAMES), f"without planted mistakes: {sorted(set(NAMES) - set(planted))}"
     few = {name: len(planted[name]) for name in NAMES if len(planted[name]) < 3}

@@ -58,6 +58,18 @@ TERMS_LINKED_UP_TO_17 = {
 }
 # Part III's terms (lessons 18-21), defined in the glossary; they join the rule above once those lessons link them.
 TERMS_OF_PART_III = ("shard", "ZeRO stage", "reshard", "device mesh", "DTensor")
+# Part IV's terms (lessons 22-26): defined in the glossary and linked at their first use in those lessons.
+TERMS_OF_PART_IV = {
+    "straggler": re.compile(r"\bstragglers?\b", re.IGNORECASE),
+    "comm hook": re.compile(r"\bcomm(?:unication)? hooks?\b", re.IGNORECASE),
+    "desync": re.compile(r"\bdesync", re.IGNORECASE),
+    "Flight Recorder": re.compile(r"\bFlight Recorder\b", re.IGNORECASE),
+    "snapshot": re.compile(r"\bsnapshots?\b", re.IGNORECASE),
+    "HSDP": re.compile(r"\bHSDP\b"),
+    "bucket": re.compile(r"\bbuckets?\b", re.IGNORECASE),
+    "α-β model": re.compile(r"α-β model"),
+    "InfiniBand": re.compile(r"\bInfiniBand\b"),
+}
 GLOSSARY_LINK = re.compile(r"\[([^\]]+)\]\((?:00_start_here\.ipynb)?#Glossary\)")
 
 
@@ -117,7 +129,7 @@ def test_the_glossary_defines_every_term() -> None:
     glossary = next((cell for cell in cells if cell.startswith("## Glossary")), None)
     assert glossary is not None, f"{GLOSSARY_LESSON} needs a '## Glossary' section"
     defined = set(re.findall(r"^\| \*\*(.+?)\*\* \|", glossary, flags=re.MULTILINE))
-    expected = set(TERMS) | set(TERMS_LINKED_UP_TO_17) | set(TERMS_OF_PART_III)
+    expected = set(TERMS) | set(TERMS_LINKED_UP_TO_17) | set(TERMS_OF_PART_III) | set(TERMS_OF_PART_IV)
     assert defined == expected, f"the glossary defines {sorted(defined)}, the rule expects {sorted(expected)}"
 
 
@@ -139,6 +151,7 @@ def test_glossary_terms_are_linked_at_first_use(path: Path) -> None:
         cells = [cell for cell in cells if not cell.startswith("## Glossary")]
     text = "\n".join(cells)
     terms = TERMS | (TERMS_LINKED_UP_TO_17 if path.stem < "18" else {})
+    terms |= TERMS_OF_PART_IV if path.stem >= "22" else {}
     unlinked = {name: line for name, term in terms.items() if (line := _first_use_unlinked(text, term))}
     link = f"[term]({GLOSSARY_LESSON}.ipynb#Glossary)"
     assert not unlinked, f"{path.name}: link each term's first use to the glossary, {link}: {unlinked}"

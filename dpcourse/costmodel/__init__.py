@@ -30,7 +30,7 @@ gradient. So a training step's FLOPs are 3 times the forward's less the first la
 ``resnet50_flops()``.
 """
 
-from . import flops
+from . import alpha_beta, flops
 from .fit import Calibration, calibrate, fit_gpu
 from .measure import Setup, measure
 from .model import DDP_BUCKET_BYTES, FORMULAS, KINDS, SYMBOLS, Hardware, Workload, formula, step_time
@@ -46,6 +46,7 @@ __all__ = [
     "PRESETS",
     "SYMBOLS",
     "ZERO_MEMORY",
+    "alpha_beta",
     "Calibration",
     "Hardware",
     "Setup",

@@ -350,5 +350,21 @@ CAPSTONE_ZERO1 = Exercise(
     slow=SLOW,
 )
 
+# Part IV: a run that survives a killed rank. The learner's snapshot and resume run on 2 real ranks under lesson
+# 24's restarting launcher, rank 1 killed as step 14 starts, and are judged as lesson 24's snapshot_and_resume is:
+# where each rank resumed, each state right after resume, then the final weights, bit for bit.
+from .lesson24 import SNAPSHOT_AND_RESUME  # noqa: E402 (this part came later)
+
+CAPSTONE_RESUME = Exercise(
+    "capstone_resume",
+    "Write snapshot(directory, model, optimizer, epoch, done) and resume(directory, model, optimizer), run on every "
+    "rank: the first saves everything this rank's next step reads, the second loads it back and returns (epoch, "
+    "done), or None when nothing was saved; check the pair (snapshot, resume).",
+    SNAPSHOT_AND_RESUME.cases,
+    SNAPSHOT_AND_RESUME.judge,
+    SNAPSHOT_AND_RESUME.call,
+    slow=SNAPSHOT_AND_RESUME.slow,
+)
+
 EXERCISES = (CAPSTONE_SCATTER, CAPSTONE_BROADCAST, CAPSTONE_PARALLEL_APPLY, CAPSTONE_REPLICATE, CAPSTONE_GATHER,
-             CAPSTONE_DATA_PARALLEL, CAPSTONE_ZERO1)
+             CAPSTONE_DATA_PARALLEL, CAPSTONE_ZERO1, CAPSTONE_RESUME)

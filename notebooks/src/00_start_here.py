@@ -113,7 +113,7 @@ with quiz.reveal("00-laptop-passthrough"):
 # | [09 Performance](09_performance.ipynb) | where the time goes, replication, the GIL, device 0, scaling |
 # | [10 DDP bridge](10_ddp_bridge.ipynb) | from threads to processes: what DistributedDataParallel does differently |
 # | [11 Review](11_review.ipynb) | a mixed quiz, a recap table of the four steps, your progress |
-# | [12 Capstone](12_capstone.ipynb) | you write a whole DataParallel, forward and backward, from your own pieces, checked against dpcourse |
+# | [12 Capstone](12_capstone.ipynb) | you write a whole DataParallel, forward and backward, from your own pieces, checked against dpcourse; after Parts III and IV, a sharded optimizer and a run that survives a killed process, from nothing |
 # | **Part II** | **beyond DataParallel: what a DDP user needs next** |
 # | [13 Collectives](13_collectives.ipynb) | broadcast, reduce, [all-reduce](#Glossary), all-gather, reduce-scatter on real [ranks](#Glossary); a ring all-reduce you write with send/recv; bytes per rank against reduce-then-broadcast |
 # | [14 Gradient accumulation](14_accumulation.ipynb) | micro-batches under one device, DataParallel and DDP; `no_sync()`; global batch = micro-batch × steps × replicas |
@@ -125,6 +125,12 @@ with quiz.reveal("00-laptop-passthrough"):
 # | [19 ZeRO-2](19_zero2.ipynb) | gradients reduce-scattered in backward hooks, each rank keeping its shard; bytes on the wire measured against DDP's all-reduce |
 # | [20 ZeRO-3](20_zero3.ipynb) | parameters sharded too: all-gather before each layer, free after; FSDP written by hand; memory per rank and traffic measured |
 # | [21 FSDP2 in practice](21_fsdp2.ipynb) | `fully_shard` on a [device mesh](#Glossary), sharded checkpoints, mixed precision, `ZeroRedundancyOptimizer`, and DP / DDP / ZeRO / FSDP2 side by side |
+# | **Part IV** | **data parallel when it goes wrong, and at scale** |
+# | [22 Hangs](22_hangs.ipynb) | a rank that skips a collective, calls another one or another size: the timeout, `TORCH_DISTRIBUTED_DEBUG=DETAIL`, every rank's stack, the Flight Recorder; you name the rank that diverged |
+# | [23 Stragglers](23_stragglers.ipynb) | one slow rank makes every rank's step slow; you find it from the time each rank reaches a collective |
+# | [24 Resume](24_resume.ipynb) | a rank killed mid-epoch, the job restarted as `torchrun --max-restarts` does; you write the snapshot and the resume, checked bit for bit against a run never killed |
+# | [25 Overlap and the α-β model](25_alpha_beta.ipynb) | buckets all-reduced during the backward, on a timeline; you time collectives on your ranks, fit α and β, and predict DDP's and ZeRO-3's step |
+# | [26 HSDP](26_hsdp.ipynb) | `fully_shard` on a 2-D mesh: sharded along one dimension, replicated along the other; memory and bytes per dimension measured against FSDP2 and DDP |
 #
 # - **Predict, then run.** A quiz asks before the cell that shows the answer. Run that cell and its output
 #   stays hidden: in its place a line says "The result appears here once you answer the quiz above (or press
@@ -186,6 +192,15 @@ quiz.ProgressSummary()
 # | **reshard** | to free the gathered full parameters of a layer once it has run, keeping only this rank's shard; they are all-gathered again when next needed. FSDP2's `reshard_after_forward=True` does it after the forward (and gathers again for the backward); `False` keeps them until the backward is done (lessons 20, 21). |
 # | **device mesh** | `torch.distributed.device_mesh.DeviceMesh`: the ranks of a job laid out as an array (a line of N ranks here; a 2-D grid for data parallelism across and sharding within machines), each with its device type (`"cpu"` or `"cuda"`). FSDP2 shards over a mesh (lesson 21). |
 # | **DTensor** | *distributed tensor* (`torch.distributed.tensor.DTensor`): a tensor that knows it is spread over a device mesh and how (`Shard(0)`: cut along dim 0; `Replicate()`: a whole copy per rank). Each rank stores only its local piece (`.to_local()`); `.full_tensor()` all-gathers the whole. FSDP2's parameters are DTensors (lesson 21). |
+# | **desync** | ranks that no longer call the same collectives in the same order with the same sizes: one skipped a call, or called another one, or another size. Nothing checks it by default, so it shows later, as a hang, a timeout, an aborted process or silently mixed data (lesson 22). |
+# | **Flight Recorder** | torch's per-process ring buffer of the last collectives each rank called (operation, sizes, group, state), on by default with 2000 entries (`TORCH_FR_BUFFER_SIZE`, `torch/csrc/distributed/c10d/FlightRecorder.hpp`). It is dumped with `torch._C._distributed_c10d._dump_fr_trace()`, or to files on an NCCL timeout, and the ranks' dumps compared show where they diverged (lesson 22). |
+# | **bucket** | a group of gradients that DDP all-reduces as one message, started as soon as the backward has produced all of them (`bucket_cap_mb`, 25 MiB by default; `torch/nn/parallel/distributed.py`). The buckets of the last layers are ready first, so their all-reduces run while the backward computes the earlier layers (lessons 19 and 25). |
+# | **α-β model** | a collective's time as a fixed latency α per step of its algorithm plus the bytes each rank sends divided by the link bandwidth β: for a ring all-reduce of n bytes on p ranks, 2(p−1)·α + 2(p−1)/p·n/β. α and β are fitted to collectives timed on the machine (lesson 25). |
+# | **straggler** | a rank slower than the others at some steps or all: a stalled data loader, a throttled GPU, a busy host. Under DDP every rank waits for it in each all-reduce, so every rank's step grows by its delay (lesson 23). |
+# | **comm hook** | the function DDP calls for each bucket of gradients once the bucket is ready (`DistributedDataParallel.register_comm_hook`): it starts the bucket's collective and returns a future. The default all-reduces the bucket and divides by the world size (`torch/distributed/algorithms/ddp_comm_hooks/default_hooks.py: allreduce_hook`); lessons 19 and 23 wrap it to watch the buckets and the ranks' arrivals. |
+# | **snapshot** | what a training job writes every few steps so that a restarted job can go on where it was: the weights, the optimizer's state, every rank's random generators and where the data stood (epoch and batches done). A resumed run equals an uninterrupted one bit for bit only if nothing a step reads is missing (lesson 24). |
+# | **HSDP** | *hybrid sharded data parallel*: FSDP on a 2-D device mesh that shards each parameter across one dimension (a shard group, usually the GPUs of one node) and replicates it across the other (the replicate groups). Gradients are reduce-scattered in the shard group, then each rank's gradient shard is all-reduced in its replicate group (lesson 26). |
+# | **InfiniBand** | a high-bandwidth, low-latency network often used between the nodes of a GPU cluster. Per GPU it is slower than the links inside a node, such as NVLink, so the collectives that cross nodes cost more (lesson 26). |
 
 # %% [markdown]
 # ## Summary

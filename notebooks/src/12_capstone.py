@@ -235,3 +235,53 @@ def zero1(model, batches, lr, optimizer_class):
 
 # %%
 exercises.check("capstone_zero1", zero1)
+
+
+# %% [markdown]
+# ## Part IV: a run that survives a killed rank
+# This part is for after lesson 24. There the lesson told you what a resumed run needs; here you write the pair
+# again from nothing, in one cell.
+#
+# `snapshot(directory, model, optimizer, epoch, done)` runs on every [rank](00_start_here.ipynb#Glossary) after
+# every 5th step of a DDP job training with Adam and dropout, with the position of its next batch (`done` batches
+# of epoch `epoch` finished). `resume(directory, model, optimizer)` runs on every rank before the first step of
+# each attempt, and returns the position the run goes on from, or `None` when nothing was saved yet. The check
+# starts 2 ranks under lesson 24's restarting launcher, kills rank 1 as step 14 starts, restarts both, and
+# compares every rank's weights, Adam's state and random generators right after `resume`, and its weights at the
+# end, with a run that was never killed: bit for bit.
+
+# %%
+import os
+import random
+from pathlib import Path
+
+
+# %% tags=["solution"]
+def snapshot(directory, model, optimizer, epoch, done):
+    """Everything this rank's next step reads, saved in one file of its own, replaced atomically."""
+    ### BEGIN SOLUTION
+    path = Path(directory) / f"rank-{dist.get_rank()}.pt"
+    torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                "torch_rng": torch.get_rng_state(), "python_rng": random.getstate(), "position": (epoch, done)},
+               path.with_suffix(".partial"))
+    os.replace(path.with_suffix(".partial"), path)
+    ### END SOLUTION
+
+
+def resume(directory, model, optimizer):
+    """This rank's snapshot loaded back; the (epoch, done) it was taken at, or None without one."""
+    ### BEGIN SOLUTION
+    path = Path(directory) / f"rank-{dist.get_rank()}.pt"
+    if not path.exists():
+        return None
+    saved = torch.load(path)
+    model.load_state_dict(saved["model"])
+    optimizer.load_state_dict(saved["optimizer"])
+    torch.set_rng_state(saved["torch_rng"])
+    random.setstate(saved["python_rng"])
+    return saved["position"]
+    ### END SOLUTION
+
+
+# %%
+exercises.check("capstone_resume", (snapshot, resume))

@@ -41,12 +41,13 @@ class Timing:
 
 
 def _call(collective: str, whole: torch.Tensor, piece: torch.Tensor) -> None:
+    # The names every supported torch has (2.8 has no all_gather_single, which 2.13's all_gather_into_tensor calls).
     if collective == "all_reduce":
         dist.all_reduce(whole)
     elif collective == "all_gather":
-        dist.all_gather_single(whole, piece)
+        dist.all_gather_into_tensor(whole, piece)
     else:
-        dist.reduce_scatter_single(piece, whole)
+        dist.reduce_scatter_tensor(piece, whole)
 
 
 def time_on_this_rank(sizes: Sequence[int], collectives: Sequence[str], repeats: int) -> dict:

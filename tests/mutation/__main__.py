@@ -1,6 +1,7 @@
 """``python -m tests.mutation [NN ...] [--quick] [--json PATH]``: mutate the exercises' solutions, run the checks.
 
-With lesson numbers, only their exercises run, and their entries replace theirs in the report. ``--quick`` runs
+With lesson numbers (or exercise names), only their exercises run, and their entries replace theirs in the
+report. ``--quick`` runs
 the checks that stay in the kernel (no ranks), a bounded number of mutants each, and writes a report only where
 ``--json`` says. The lessons' environment (``notebooks/conftest.py``: CPU devices, a progress file of the tests')
 is set first, as for nbval.
@@ -20,7 +21,8 @@ from .exercises import ROOT
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.mutation", description=__doc__.splitlines()[0])
-    parser.add_argument("lessons", nargs="*", help="lesson numbers, e.g. 02 05 (default: every lesson)")
+    parser.add_argument("lessons", nargs="*",
+                        help="lesson numbers, e.g. 02 05, or exercise names (default: every lesson)")
     parser.add_argument("--quick", action="store_true", help="in-kernel checks only, a few mutants each")
     parser.add_argument("--json", type=Path, help="where to write the report (default: "
                         "docs/benchmark_results/mutation.json, or none with --quick)")

@@ -99,9 +99,11 @@ def of_lesson(path: Path) -> list[Exercise]:
 
 
 def find(lessons: list[str] | None = None) -> list[Exercise]:
-    """The checked exercises of every lesson source, or of the lessons numbered in ``lessons`` (``["02"]``)."""
+    """The checked exercises of every lesson source, or of those ``lessons`` names: lesson numbers (``"02"``) or
+    exercise names (``"capstone_resume"``)."""
     paths = sorted(SOURCES.glob("[0-9][0-9]_*.py"))
-    return [exercise for path in paths if not lessons or path.name[:2] in lessons for exercise in of_lesson(path)]
+    return [exercise for path in paths for exercise in of_lesson(path)
+            if not lessons or path.name[:2] in lessons or exercise.name in lessons]
 
 
 def define(exercise: Exercise, solution: str, namespace: dict, label: str) -> object:

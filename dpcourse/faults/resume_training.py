@@ -32,10 +32,10 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
-from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data.distributed import DistributedSampler
 
 from .. import examples
+from ..ddp.per_rank import wrap
 from ..ranks import WIDTHS
 from .restarts import attempt_number
 
@@ -69,7 +69,7 @@ def train(directory: str | Path, lane: str, save: Callable | None = None, load: 
           kill_step: int | None = None) -> dict:
     """Train ``lane`` on this rank, snapshots in ``directory`` (see the module's docstring); return what it did."""
     rank, directory = dist.get_rank(), Path(directory)
-    model = DistributedDataParallel(model_with_dropout())
+    model = wrap(model_with_dropout(), torch.device("cpu"))  # DDP, as every rank of lesson 17 builds it
     torch.manual_seed(SEED + rank)
     random.seed(SEED + rank)
     optimizer = torch.optim.Adam(model.parameters(), lr=LR)

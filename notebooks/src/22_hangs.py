@@ -91,6 +91,7 @@ with quiz.reveal("22-flight-recorder"):
     print("TORCH_FR_BUFFER_SIZE and TORCH_NCCL_TRACE_BUFFER_SIZE unset:", all(v is None for v in variables.values()))
 
 # %% [markdown]
+# ## The records, side by side
 # The records as lanes, one per rank, with the first call where they disagree hatched
 # (`hang_diagnosis.first_divergence`):
 

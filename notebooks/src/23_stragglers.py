@@ -19,6 +19,8 @@
 # as they would.
 
 # %%
+from IPython.display import display
+
 from dpcourse import exercises, quiz
 from dpcourse.faults import straggler_reading, straggler_report, stragglers
 from dpcourse.viz.stragglers import straggler_timeline
@@ -66,14 +68,7 @@ quiz.ask("23-where-the-wait-goes")
 # %% tags=["reveals-answer"]
 with quiz.reveal("23-where-the-wait-goes"):
     print(straggler_report.phases(results, "forward", stragglers.SLOW_RANK, stragglers.DELAY)[0])
-
-# %% [markdown]
-# The first three steps of that part, one lane per rank on the same clock. The sleep is hatched; grey is time
-# spent inside the all-reduce, from the rank's arrival (the black tick) until the last rank has arrived and the
-# sums are back. A step of the model's own work is a sliver at this scale:
-
-# %%
-straggler_timeline(results, "forward", stragglers.SLOW_RANK, stragglers.DELAY)
+    display(straggler_timeline(results, "forward", stragglers.SLOW_RANK, stragglers.DELAY))
 
 # %% [markdown]
 # ## A delay inside the backward

@@ -80,7 +80,8 @@ def gap_from_reference(lane, rank=0):
 
 
 # %% [markdown]
-# The picture of it, and rank 0's loss at each step next to the uninterrupted run's:
+# ## The two attempts, drawn
+# The picture of the run, and rank 0's loss at each step next to the uninterrupted run's:
 
 # %%
 attempts_timeline(story, resume_runs.SNAPSHOT_STEP, resume_training.KILL_STEP, resume_training.KILLED_RANK,

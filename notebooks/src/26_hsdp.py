@@ -20,6 +20,7 @@
 # %%
 import torch
 import torch.nn.functional as F
+from IPython.display import display
 from torch import nn
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
@@ -136,12 +137,7 @@ quiz.ask("26-replicate-bytes")
 with quiz.reveal("26-replicate-bytes"):
     print(hsdp_tables.traffic_table(results))
     print(hsdp_tables.all_reduce_share(results))
-
-# %% [markdown]
-# The same numbers on the mesh, each rank where `init_device_mesh` put it:
-
-# %%
-mesh_figure(results)
+    display(mesh_figure(results))
 
 # %% [markdown]
 # ## Why shard in one dimension and replicate in the other

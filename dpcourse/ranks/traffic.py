@@ -124,6 +124,27 @@ def swapped(replacements: dict[str, Callable]) -> Iterator[None]:
             setattr(module, name, function)
 
 
+def outermost_calls(record):
+    """A wrapper factory for collectives: ``wrap(name, function)`` calls ``record(name, args, kwargs)`` for the calls
+    the program made, not for those one collective makes inside another (torch 2.13's ``all_gather_into_tensor``
+    calls ``all_gather_single``); every collective wrapped by one factory shares its depth."""
+    inside = [0]
+
+    def wrap(name, function):
+        def collective(*args, **kwargs):
+            if not inside[0]:
+                record(name, args, kwargs)
+            inside[0] += 1
+            try:
+                return function(*args, **kwargs)
+            finally:
+                inside[0] -= 1
+
+        return collective
+
+    return wrap
+
+
 @contextlib.contextmanager
 def counted() -> Iterator[Traffic]:
     """Count this process's point-to-point bytes and collective calls, with their sizes, inside the ``with`` block."""
@@ -154,20 +175,10 @@ def counted() -> Iterator[Traffic]:
         traffic.received += _payload(tensors)
         return recv_anysource(group, tensors, tag)
 
-    inside = [0]  # torch 2.13's all_gather_into_tensor calls all_gather_single: record the call the program made
+    def note(name, args, kwargs):
+        traffic.calls.append((name, max(map(_argument_bytes, [*args, *kwargs.values()]), default=0)))
 
-    def noting(name, function):
-        def collective(*args, **kwargs):
-            if not inside[0]:
-                traffic.calls.append((name, max(map(_argument_bytes, [*args, *kwargs.values()]), default=0)))
-            inside[0] += 1
-            try:
-                return function(*args, **kwargs)
-            finally:
-                inside[0] -= 1
-
-        return collective
-
+    noting = outermost_calls(note)
     collectives = {name: noting(name, getattr(dist, name)) for name in COLLECTIVES if hasattr(dist, name)}
     group_class.send, group_class.recv, group_class.recv_anysource = (
         counting_send, counting_recv, counting_recv_anysource)

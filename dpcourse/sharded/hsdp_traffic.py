@@ -21,7 +21,7 @@ from collections.abc import Iterator
 
 import torch.distributed as dist
 
-from ..ranks.traffic import COLLECTIVES, swapped
+from ..ranks.traffic import COLLECTIVES, outermost_calls, swapped
 
 SHORT = {"all_gather": "all-gather", "reduce_scatter": "reduce-scatter", "all_reduce": "all-reduce"}
 
@@ -59,19 +59,8 @@ def grouped() -> Iterator[list[Call]]:
     A collective that calls another (torch 2.8's ``all_gather_into_tensor`` and its kin) is recorded once, as
     the call the program made."""
     calls: list[Call] = []
-    inside = [0]
-
-    def recording(name, function):
-        def collective(*args, **kwargs):
-            if not inside[0]:
-                calls.append(Call(name, _group_ranks(args, kwargs), _size(args, kwargs)))
-            inside[0] += 1
-            try:
-                return function(*args, **kwargs)
-            finally:
-                inside[0] -= 1
-
-        return collective
+    recording = outermost_calls(lambda name, args, kwargs: calls.append(
+        Call(name, _group_ranks(args, kwargs), _size(args, kwargs))))
 
     with swapped({name: recording(name, getattr(dist, name)) for name in COLLECTIVES if hasattr(dist, name)}):
         yield calls
